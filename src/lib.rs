@@ -1,0 +1,6 @@
+//! lingo: an LLM-serving compatibility proxy, load driver and simulated inference server.
+
+pub mod error;
+pub mod mock;
+pub mod model;
+pub mod stream;

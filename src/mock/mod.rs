@@ -1,0 +1,1 @@
+//! The simulated inference server (`lingo mock`).

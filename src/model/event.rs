@@ -1,0 +1,35 @@
+//! The canonical stream: what one upstream frame means, independent of its framing.
+
+use super::{Finish, TokenLogprob, Usage};
+
+/// New output for one choice.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Chunk {
+    pub index: u32,
+    /// The new text only (decoders of cumulative streams compute the delta).
+    pub text: String,
+    /// The new token ids, when the upstream sends them.
+    pub token_ids: Option<Vec<u32>>,
+    /// How many tokens this chunk carries, when known (from ids or cumulative counts).
+    pub tokens: Option<u32>,
+    pub finish: Option<Finish>,
+    pub logprobs: Option<Vec<TokenLogprob>>,
+    /// Cumulative counts for this choice, when the upstream reports them per chunk.
+    pub usage: Option<Usage>,
+}
+
+/// One meaningful step of a stream.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// The upstream named its response (id, model); carries no output.
+    Start { id: String, model: String },
+    /// A chat stream's role-only opening: no output, and not the first token.
+    Role { index: u32 },
+    Chunk(Chunk),
+    /// Totals for the whole request.
+    Usage(Usage),
+    /// The upstream failed after the stream had started.
+    Error { message: String },
+    /// The upstream's end marker.
+    Done,
+}

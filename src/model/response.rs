@@ -1,0 +1,83 @@
+//! The canonical non-streaming response.
+
+/// Why generation of one choice ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Finish {
+    /// End-of-sequence token (its id when the upstream says).
+    Eos(Option<u32>),
+    /// A stop string matched.
+    StopString(String),
+    /// A stop token id matched.
+    StopToken(u32),
+    /// A stop without detail (the upstream did not say which kind).
+    Stop,
+    /// Max tokens (or context) reached.
+    Length,
+    /// Aborted by the server, with its message.
+    Abort(String),
+}
+
+impl Finish {
+    /// A closed label for metrics.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Finish::Eos(_) | Finish::StopString(_) | Finish::StopToken(_) | Finish::Stop => "stop",
+            Finish::Length => "length",
+            Finish::Abort(_) => "abort",
+        }
+    }
+}
+
+/// Log probability of one sampled token, with its top alternatives.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenLogprob {
+    pub token: Option<String>,
+    pub token_id: Option<u32>,
+    pub logprob: f64,
+    pub top: Vec<(Option<String>, Option<u32>, f64)>,
+}
+
+/// Token counts as the upstream reported them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub cached_tokens: Option<u64>,
+}
+
+impl Usage {
+    pub fn total(&self) -> u64 {
+        self.prompt_tokens + self.completion_tokens
+    }
+
+    pub fn add(&mut self, other: &Usage) {
+        self.prompt_tokens += other.prompt_tokens;
+        self.completion_tokens += other.completion_tokens;
+        if let Some(c) = other.cached_tokens {
+            self.cached_tokens = Some(self.cached_tokens.unwrap_or(0) + c);
+        }
+    }
+}
+
+/// One generated sequence.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Choice {
+    /// Position in prompt-major order: prompt_index * n + sample.
+    pub index: u32,
+    pub text: String,
+    pub token_ids: Option<Vec<u32>>,
+    pub finish: Option<Finish>,
+    pub logprobs: Option<Vec<TokenLogprob>>,
+    /// Per-choice counts, when the upstream reports them per choice.
+    pub usage: Option<Usage>,
+}
+
+/// The canonical response.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Response {
+    pub id: String,
+    pub model: String,
+    pub choices: Vec<Choice>,
+    /// Totals over all choices.
+    pub usage: Option<Usage>,
+}

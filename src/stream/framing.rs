@@ -1,0 +1,179 @@
+//! Push parsers for the two stream framings the servers use: SSE and newline-delimited JSON.
+//!
+//! They are push parsers (bytes in, frames out) rather than stream adapters because the proxy
+//! must forward each upstream chunk untouched in passthrough while parsing the same bytes on
+//! the side; a pull adapter would own the stream and force a copy.
+
+use bytes::{Buf, Bytes, BytesMut};
+
+/// How a stream separates its events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// `data: {json}\n\n` events, optional `event:` lines, `:` comments.
+    Sse,
+    /// One JSON document per line (also accepts NUL separators, as vLLM <= 0.6.3 sent).
+    Ndjson,
+}
+
+/// One complete event: its SSE `event:` name, if any, and its payload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Frame {
+    pub event: Option<String>,
+    pub data: Bytes,
+}
+
+/// Accumulates bytes and yields complete frames.
+#[derive(Debug)]
+pub struct FrameParser {
+    framing: Framing,
+    buf: BytesMut,
+    event: Option<String>,
+    data: Vec<u8>,
+    has_data: bool,
+}
+
+impl FrameParser {
+    pub fn new(framing: Framing) -> FrameParser {
+        FrameParser {
+            framing,
+            buf: BytesMut::new(),
+            event: None,
+            data: Vec::new(),
+            has_data: false,
+        }
+    }
+
+    /// Feed bytes; push every frame they complete onto `out`.
+    pub fn feed(&mut self, bytes: &[u8], out: &mut Vec<Frame>) {
+        self.buf.extend_from_slice(bytes);
+        while let Some(pos) = self.buf.iter().position(|&b| b == b'\n' || b == 0) {
+            let mut line = self.buf.split_to(pos + 1);
+            line.truncate(pos);
+            if line.last() == Some(&b'\r') {
+                line.truncate(pos - 1);
+            }
+            self.line(line.freeze(), out);
+        }
+    }
+
+    /// The stream ended: flush a frame that lacked its final separator.
+    pub fn finish(&mut self, out: &mut Vec<Frame>) {
+        if !self.buf.is_empty() {
+            let rest = self.buf.split().freeze();
+            self.line(rest, out);
+        }
+        if self.framing == Framing::Sse {
+            self.dispatch(out);
+        }
+    }
+
+    fn line(&mut self, line: Bytes, out: &mut Vec<Frame>) {
+        match self.framing {
+            Framing::Ndjson => {
+                if !line.iter().all(u8::is_ascii_whitespace) {
+                    out.push(Frame {
+                        event: None,
+                        data: line,
+                    });
+                }
+            }
+            Framing::Sse => self.sse_line(line, out),
+        }
+    }
+
+    fn sse_line(&mut self, mut line: Bytes, out: &mut Vec<Frame>) {
+        if line.is_empty() {
+            return self.dispatch(out);
+        }
+        if line[0] == b':' {
+            return; // comment / keep-alive
+        }
+        let colon = line.iter().position(|&b| b == b':');
+        let (name, value) = match colon {
+            Some(i) => {
+                let name = line.split_to(i);
+                line.advance(1);
+                if line.first() == Some(&b' ') {
+                    line.advance(1);
+                }
+                (name, line)
+            }
+            None => (line, Bytes::new()),
+        };
+        match &name[..] {
+            b"data" => {
+                if self.has_data {
+                    self.data.push(b'\n');
+                }
+                self.data.extend_from_slice(&value);
+                self.has_data = true;
+            }
+            b"event" => self.event = Some(String::from_utf8_lossy(&value).into_owned()),
+            _ => {}
+        }
+    }
+
+    fn dispatch(&mut self, out: &mut Vec<Frame>) {
+        if self.has_data {
+            out.push(Frame {
+                event: self.event.take(),
+                data: Bytes::from(std::mem::take(&mut self.data)),
+            });
+        }
+        self.event = None;
+        self.has_data = false;
+    }
+}
+
+/// Whether an SSE payload is the OpenAI-style end marker.
+pub fn is_done_marker(data: &[u8]) -> bool {
+    data.trim_ascii() == b"[DONE]"
+}
+
+/// Write one SSE `data:` event.
+pub fn write_sse(out: &mut BytesMut, data: &[u8]) {
+    out.extend_from_slice(b"data: ");
+    out.extend_from_slice(data);
+    out.extend_from_slice(b"\n\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frames(framing: Framing, pieces: &[&str]) -> Vec<String> {
+        let mut p = FrameParser::new(framing);
+        let mut out = Vec::new();
+        for piece in pieces {
+            p.feed(piece.as_bytes(), &mut out);
+        }
+        p.finish(&mut out);
+        out.iter()
+            .map(|f| String::from_utf8(f.data.to_vec()).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn sse_split_anywhere() {
+        let text = "data: {\"a\":1}\n\n:keep-alive\n\ndata:{\"b\":2}\r\n\r\ndata: [DONE]\n\n";
+        for cut in 0..text.len() {
+            let got = frames(Framing::Sse, &[&text[..cut], &text[cut..]]);
+            assert_eq!(got, vec!["{\"a\":1}", "{\"b\":2}", "[DONE]"], "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn sse_event_names_and_multiline() {
+        let mut p = FrameParser::new(Framing::Sse);
+        let mut out = Vec::new();
+        p.feed(b"event: message_stop\ndata: a\ndata: b\n\n", &mut out);
+        assert_eq!(out[0].event.as_deref(), Some("message_stop"));
+        assert_eq!(&out[0].data[..], b"a\nb");
+    }
+
+    #[test]
+    fn ndjson_lines_and_nul() {
+        let got = frames(Framing::Ndjson, &["{\"a\":1}\n{\"b\"", ":2}\0\n{\"c\":3}"]);
+        assert_eq!(got, vec!["{\"a\":1}", "{\"b\":2}", "{\"c\":3}"]);
+    }
+}

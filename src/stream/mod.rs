@@ -1,0 +1,3 @@
+//! Streams: framing of upstream bytes, and the translating and observing pipelines.
+
+pub mod framing;

@@ -2,5 +2,6 @@
 
 pub mod error;
 pub mod mock;
+pub mod dialect;
 pub mod model;
 pub mod stream;

@@ -6,7 +6,9 @@
 mod event;
 mod request;
 mod response;
+mod tally;
 
 pub use event::{Chunk, Event};
 pub use request::{Message, Prompt, Request, Role, Sampling};
 pub use response::{Choice, Finish, Response, TokenLogprob, Usage};
+pub use tally::Tally;

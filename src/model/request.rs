@@ -91,6 +91,8 @@ pub struct Sampling {
     pub json_schema: Option<Value>,
     pub regex: Option<String>,
     pub ebnf: Option<String>,
+    /// Regular expressions that stop generation (SGLang `stop_regex`).
+    pub stop_regex: Vec<String>,
     pub logit_bias: Option<Map<String, Value>>,
 }
 
@@ -110,6 +112,8 @@ pub struct Request {
     pub request_id: Option<String>,
     /// Ask for token usage inside the stream (OpenAI `stream_options.include_usage`).
     pub stream_usage: bool,
+    /// Fill token text into logprob entries (SGLang `return_text_in_logprobs`).
+    pub logprob_text: bool,
     /// Fields the decoder did not interpret. Encoders of the same family may forward them.
     pub extra: Map<String, Value>,
 }
@@ -128,6 +132,7 @@ impl Request {
             logprobs: None,
             request_id: None,
             stream_usage: false,
+            logprob_text: false,
             extra: Map::new(),
         }
     }

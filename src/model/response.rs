@@ -81,3 +81,26 @@ pub struct Response {
     /// Totals over all choices.
     pub usage: Option<Usage>,
 }
+
+impl Response {
+    /// Derive request totals from per-choice counts when the upstream gave none; with `n`
+    /// samples per prompt the prompt is counted once, as OpenAI's usage does.
+    pub fn fill_usage(&mut self, n: u32) {
+        if self.usage.is_some() {
+            return;
+        }
+        let n = n.max(1);
+        let mut total = Usage::default();
+        for c in &self.choices {
+            let Some(u) = c.usage else { continue };
+            total.completion_tokens += u.completion_tokens;
+            if c.index % n == 0 {
+                total.prompt_tokens += u.prompt_tokens;
+                if let Some(cached) = u.cached_tokens {
+                    total.cached_tokens = Some(total.cached_tokens.unwrap_or(0) + cached);
+                }
+            }
+        }
+        self.usage = Some(total);
+    }
+}

@@ -1,0 +1,59 @@
+//! What an encoder needs to know about the client's request to shape its answer.
+
+use std::time::Instant;
+
+use crate::model::Request;
+
+/// Facts about the client request that survive translation and shape the client's response.
+#[derive(Debug, Clone)]
+pub struct Ctx {
+    /// The id lingo reports to the client (its own, or the client's `rid`).
+    pub id: String,
+    /// The model name the client used (an alias stays an alias).
+    pub model: String,
+    /// Unix seconds, for OpenAI's `created`.
+    pub created: u64,
+    pub started: Instant,
+    pub batched: bool,
+    pub n: u32,
+    pub prompts: usize,
+    pub logprobs: Option<u32>,
+    /// SGLang `return_text_in_logprobs`.
+    pub logprob_text: bool,
+    /// The client asked for usage in the stream.
+    pub stream_usage: bool,
+}
+
+impl Ctx {
+    pub fn new(req: &Request, id: String, model: String) -> Ctx {
+        Ctx {
+            id,
+            model,
+            created: unix_now(),
+            started: Instant::now(),
+            batched: req.batched,
+            n: req.sampling.n.max(1),
+            prompts: req.prompt.len(),
+            logprobs: req.logprobs,
+            logprob_text: req.logprob_text,
+            stream_usage: req.stream_usage,
+        }
+    }
+
+    /// Whether the client expects a list of results rather than one.
+    pub fn is_multi(&self) -> bool {
+        self.batched || self.n > 1
+    }
+}
+
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// A fresh random hex id (32 chars), as SGLang's `uuid4().hex`.
+pub fn random_id() -> String {
+    format!("{:032x}", rand::random::<u128>())
+}

@@ -1,0 +1,171 @@
+//! The closed set of wire dialects, and the dispatch from a dialect to its module.
+//!
+//! Each dialect module converts both directions through `crate::model`:
+//! as the client side it decodes requests and encodes responses, streams and errors; as the
+//! upstream side it encodes requests and decodes responses, streams and errors. No dialect
+//! converts into another directly. The codecs do no I/O.
+
+pub mod openai;
+pub mod sglang;
+
+mod ctx;
+mod stream;
+
+pub use ctx::Ctx;
+pub use stream::{StreamDecoder, StreamEncoder};
+
+use crate::error::ProxyError;
+use crate::model::{Request, Response};
+use crate::stream::framing::Framing;
+
+/// Every wire dialect lingo speaks, named by the endpoint that carries it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Dialect {
+    /// SGLang native `POST /generate`.
+    Sglang,
+    /// OpenAI `POST /v1/completions`.
+    OpenaiCompletions,
+    /// OpenAI `POST /v1/chat/completions`.
+    OpenaiChat,
+}
+
+impl Dialect {
+    pub const ALL: [Dialect; 3] = [
+        Dialect::Sglang,
+        Dialect::OpenaiCompletions,
+        Dialect::OpenaiChat,
+    ];
+
+    /// A closed label for metrics and logs.
+    pub fn label(self) -> &'static str {
+        match self {
+            Dialect::Sglang => "sglang",
+            Dialect::OpenaiCompletions => "openai-completions",
+            Dialect::OpenaiChat => "openai-chat",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Dialect> {
+        Dialect::ALL.into_iter().find(|d| d.label() == s)
+    }
+
+    /// The path this dialect's generation endpoint lives on.
+    pub fn path(self) -> &'static str {
+        match self {
+            Dialect::Sglang => "/generate",
+            Dialect::OpenaiCompletions => "/v1/completions",
+            Dialect::OpenaiChat => "/v1/chat/completions",
+        }
+    }
+
+    pub fn framing(self) -> Framing {
+        Framing::Sse
+    }
+
+    pub fn stream_content_type(self) -> &'static str {
+        "text/event-stream"
+    }
+
+    /// Whether the dialect carries chat messages (rather than raw prompts).
+    pub fn is_chat(self) -> bool {
+        matches!(self, Dialect::OpenaiChat)
+    }
+
+    // ---- client side -------------------------------------------------------------------
+
+    /// Decode a client's request body.
+    pub fn decode_request(self, body: &[u8]) -> Result<Request, ProxyError> {
+        match self {
+            Dialect::Sglang => sglang::request::decode(body),
+            Dialect::OpenaiCompletions => openai::completions::decode_request(body),
+            Dialect::OpenaiChat => openai::chat::decode_request(body),
+        }
+    }
+
+    /// Encode a whole response for the client.
+    pub fn encode_response(self, resp: &Response, ctx: &Ctx) -> Vec<u8> {
+        match self {
+            Dialect::Sglang => sglang::response::encode(resp, ctx),
+            Dialect::OpenaiCompletions => openai::completions::encode_response(resp, ctx),
+            Dialect::OpenaiChat => openai::chat::encode_response(resp, ctx),
+        }
+    }
+
+    pub fn stream_encoder(self, ctx: Ctx) -> StreamEncoder {
+        match self {
+            Dialect::Sglang => StreamEncoder::Sglang(sglang::stream::Encoder::new(ctx)),
+            Dialect::OpenaiCompletions => {
+                StreamEncoder::Completions(openai::completions::StreamEncoder::new(ctx))
+            }
+            Dialect::OpenaiChat => StreamEncoder::Chat(openai::chat::StreamEncoder::new(ctx)),
+        }
+    }
+
+    /// The client's error body for an error raised before any output was sent.
+    pub fn error_body(self, err: &ProxyError) -> Vec<u8> {
+        match self {
+            Dialect::Sglang => sglang::error::encode(err),
+            Dialect::OpenaiCompletions | Dialect::OpenaiChat => openai::error::encode(err),
+        }
+    }
+
+    /// Name a canonical field the way this client dialect spells it, for error messages.
+    pub fn field_name(self, canonical: &str) -> String {
+        match self {
+            Dialect::Sglang => sglang::request::field_name(canonical),
+            Dialect::OpenaiCompletions | Dialect::OpenaiChat => canonical.to_string(),
+        }
+    }
+
+    // ---- upstream side -----------------------------------------------------------------
+
+    /// Encode a canonical request for an upstream that speaks this dialect.
+    pub fn encode_request(self, req: &Request) -> Result<Vec<u8>, ProxyError> {
+        match self {
+            Dialect::Sglang => sglang::request::encode(req),
+            Dialect::OpenaiCompletions => openai::completions::encode_request(req),
+            Dialect::OpenaiChat => openai::chat::encode_request(req),
+        }
+    }
+
+    /// Decode an upstream's whole response.
+    pub fn decode_response(self, body: &[u8]) -> Result<Response, ProxyError> {
+        match self {
+            Dialect::Sglang => sglang::response::decode(body),
+            Dialect::OpenaiCompletions => openai::completions::decode_response(body),
+            Dialect::OpenaiChat => openai::chat::decode_response(body),
+        }
+    }
+
+    pub fn stream_decoder(self) -> StreamDecoder {
+        match self {
+            Dialect::Sglang => StreamDecoder::Sglang(sglang::stream::Decoder::default()),
+            Dialect::OpenaiCompletions | Dialect::OpenaiChat => {
+                StreamDecoder::Openai(openai::stream::Decoder::new(self.is_chat()))
+            }
+        }
+    }
+
+    /// The message inside an upstream error body of this dialect (any known shape).
+    pub fn decode_error(self, body: &[u8]) -> String {
+        error_message(body)
+    }
+}
+
+/// Find the human message in any of the error shapes the servers use.
+pub fn error_message(body: &[u8]) -> String {
+    let Ok(v) = serde_json::from_slice::<serde_json::Value>(body) else {
+        return String::from_utf8_lossy(body).trim().to_string();
+    };
+    let msg = v
+        .pointer("/error/message")
+        .or_else(|| v.get("message"))
+        .or_else(|| v.get("error"))
+        .or_else(|| v.get("detail"));
+    match msg {
+        Some(serde_json::Value::String(s)) => s.clone(),
+        Some(other) => other.to_string(),
+        None => v.to_string(),
+    }
+}

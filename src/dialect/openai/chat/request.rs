@@ -1,0 +1,106 @@
+//! Chat requests, both directions.
+
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+
+use crate::dialect::openai::wire::{sampling_from_wire, write_sampling, SamplingWire};
+use crate::error::{decode_json, ProxyError};
+use crate::model::{Message, Prompt, Request, Role};
+
+#[derive(Debug, Deserialize)]
+struct MessageWire {
+    role: String,
+    #[serde(default)]
+    content: Value,
+}
+
+#[derive(Debug, Deserialize)]
+struct StreamOptions {
+    #[serde(default)]
+    include_usage: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ChatRequest {
+    model: Option<String>,
+    messages: Vec<MessageWire>,
+    max_tokens: Option<u32>,
+    max_completion_tokens: Option<u32>,
+    #[serde(default)]
+    stream: bool,
+    stream_options: Option<StreamOptions>,
+    #[serde(default)]
+    logprobs: bool,
+    top_logprobs: Option<u32>,
+    request_id: Option<String>,
+    #[serde(flatten)]
+    sampling: SamplingWire,
+    #[serde(flatten)]
+    extra: Map<String, Value>,
+}
+
+pub fn decode_request(body: &[u8]) -> Result<Request, ProxyError> {
+    let w: ChatRequest = decode_json(body)?;
+    if w.messages.is_empty() {
+        return Err(ProxyError::invalid("messages", "must not be empty"));
+    }
+    let mut messages = Vec::with_capacity(w.messages.len());
+    for (i, m) in w.messages.into_iter().enumerate() {
+        let role = Role::parse(&m.role).ok_or_else(|| {
+            ProxyError::invalid(format!("messages[{i}].role"), format!("unknown role `{}`", m.role))
+        })?;
+        messages.push(Message {
+            role,
+            content: m.content,
+        });
+    }
+    let mut req = Request::new(Prompt::Chat(messages));
+    req.model = w.model;
+    req.sampling = sampling_from_wire(w.sampling, w.max_completion_tokens.or(w.max_tokens));
+    req.stream = w.stream;
+    req.stream_usage = w.stream_options.and_then(|o| o.include_usage) == Some(true);
+    req.logprobs = w.logprobs.then(|| w.top_logprobs.unwrap_or(0));
+    req.request_id = w.request_id;
+    req.extra = w.extra;
+    Ok(req)
+}
+
+pub fn encode_request(req: &Request) -> Result<Vec<u8>, ProxyError> {
+    let Prompt::Chat(messages) = &req.prompt else {
+        return Err(ProxyError::unsupported(
+            "prompt",
+            "a raw prompt cannot be sent to a chat endpoint without a chat template",
+        ));
+    };
+    let mut m = Map::new();
+    if let Some(model) = &req.model {
+        m.insert("model".into(), json!(model));
+    }
+    let msgs: Vec<Value> = messages
+        .iter()
+        .map(|msg| json!({"role": msg.role.as_str(), "content": msg.content}))
+        .collect();
+    m.insert("messages".into(), Value::Array(msgs));
+    if let Some(max) = req.sampling.max_tokens {
+        m.insert("max_tokens".into(), json!(max));
+    }
+    write_sampling(&req.sampling, &mut m)?;
+    if let Some(k) = req.logprobs {
+        m.insert("logprobs".into(), json!(true));
+        m.insert("top_logprobs".into(), json!(k));
+    }
+    if let Some(id) = &req.request_id {
+        m.insert("request_id".into(), json!(id));
+    }
+    if req.stream {
+        m.insert("stream".into(), json!(true));
+        m.insert(
+            "stream_options".into(),
+            json!({"include_usage": true, "continuous_usage_stats": true}),
+        );
+    }
+    for (k, v) in &req.extra {
+        m.entry(k.clone()).or_insert_with(|| v.clone());
+    }
+    serde_json::to_vec(&m).map_err(|e| ProxyError::Internal(e.to_string()))
+}

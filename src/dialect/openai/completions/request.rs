@@ -1,0 +1,116 @@
+//! Completions requests, both directions.
+
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+
+use crate::dialect::openai::wire::{sampling_from_wire, write_sampling, SamplingWire};
+use crate::error::{decode_json, ProxyError};
+use crate::model::{Prompt, Request};
+
+/// vLLM's default when `max_tokens` is absent or null.
+pub const DEFAULT_MAX_TOKENS: u32 = 16;
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum PromptWire {
+    Text(String),
+    Texts(Vec<String>),
+    Tokens(Vec<u32>),
+    TokenBatch(Vec<Vec<u32>>),
+}
+
+#[derive(Debug, Deserialize)]
+struct StreamOptions {
+    #[serde(default)]
+    include_usage: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+struct CompletionRequest {
+    model: Option<String>,
+    prompt: PromptWire,
+    max_tokens: Option<u32>,
+    #[serde(default)]
+    stream: bool,
+    stream_options: Option<StreamOptions>,
+    logprobs: Option<u32>,
+    #[serde(default)]
+    echo: bool,
+    request_id: Option<String>,
+    #[serde(flatten)]
+    sampling: SamplingWire,
+    #[serde(flatten)]
+    extra: Map<String, Value>,
+}
+
+pub fn decode_request(body: &[u8]) -> Result<Request, ProxyError> {
+    let w: CompletionRequest = decode_json(body)?;
+    if w.echo {
+        return Err(ProxyError::unsupported(
+            "echo",
+            "lingo does not translate prompt echo",
+        ));
+    }
+    let (prompt, batched) = match w.prompt {
+        PromptWire::Text(t) => (Prompt::Text(vec![t]), false),
+        PromptWire::Texts(t) => (Prompt::Text(t), true),
+        PromptWire::Tokens(t) => (Prompt::Tokens(vec![t]), false),
+        PromptWire::TokenBatch(t) => (Prompt::Tokens(t), true),
+    };
+    if prompt.is_empty() {
+        return Err(ProxyError::invalid("prompt", "must not be empty"));
+    }
+    let mut req = Request::new(prompt);
+    req.model = w.model;
+    req.batched = batched;
+    req.sampling = sampling_from_wire(w.sampling, w.max_tokens.or(Some(DEFAULT_MAX_TOKENS)));
+    req.stream = w.stream;
+    req.stream_usage = w.stream_options.and_then(|o| o.include_usage) == Some(true);
+    req.logprobs = w.logprobs;
+    req.request_id = w.request_id;
+    req.extra = w.extra;
+    Ok(req)
+}
+
+/// Encode for a vLLM-flavoured completions upstream. Always sends an explicit `max_tokens`,
+/// asks for token ids and per-chunk usage so lingo can count exactly.
+pub fn encode_request(req: &Request) -> Result<Vec<u8>, ProxyError> {
+    let mut m = Map::new();
+    if let Some(model) = &req.model {
+        m.insert("model".into(), json!(model));
+    }
+    let prompt = match (&req.prompt, req.batched) {
+        (Prompt::Text(t), false) if t.len() == 1 => json!(t[0]),
+        (Prompt::Text(t), _) => json!(t),
+        (Prompt::Tokens(t), false) if t.len() == 1 => json!(t[0]),
+        (Prompt::Tokens(t), _) => json!(t),
+        (Prompt::Chat(_), _) => {
+            return Err(ProxyError::unsupported(
+                "messages",
+                "chat messages cannot be sent to a completions endpoint",
+            ))
+        }
+    };
+    m.insert("prompt".into(), prompt);
+    let max = req.sampling.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS);
+    m.insert("max_tokens".into(), json!(max));
+    write_sampling(&req.sampling, &mut m)?;
+    if let Some(k) = req.logprobs {
+        m.insert("logprobs".into(), json!(k));
+    }
+    if let Some(id) = &req.request_id {
+        m.insert("request_id".into(), json!(id));
+    }
+    m.insert("return_token_ids".into(), json!(true));
+    if req.stream {
+        m.insert("stream".into(), json!(true));
+        m.insert(
+            "stream_options".into(),
+            json!({"include_usage": true, "continuous_usage_stats": true}),
+        );
+    }
+    for (k, v) in &req.extra {
+        m.entry(k.clone()).or_insert_with(|| v.clone());
+    }
+    serde_json::to_vec(&m).map_err(|e| ProxyError::Internal(e.to_string()))
+}

@@ -1,0 +1,78 @@
+//! Whole completions responses, both directions.
+
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::logprobs::{self, LogprobsWire};
+use crate::dialect::openai::wire::{finish_from_wire, finish_to_wire, usage_json, UsageWire};
+use crate::dialect::Ctx;
+use crate::error::ProxyError;
+use crate::model::{Choice, Response};
+
+#[derive(Debug, Deserialize)]
+struct ChoiceWire {
+    #[serde(default)]
+    index: u32,
+    #[serde(default)]
+    text: String,
+    finish_reason: Option<String>,
+    stop_reason: Option<Value>,
+    logprobs: Option<LogprobsWire>,
+    token_ids: Option<Vec<u32>>,
+}
+
+#[derive(Debug, Deserialize)]
+struct CompletionResponse {
+    #[serde(default)]
+    id: String,
+    #[serde(default)]
+    model: String,
+    choices: Vec<ChoiceWire>,
+    usage: Option<UsageWire>,
+}
+
+pub fn decode_response(body: &[u8]) -> Result<Response, ProxyError> {
+    let w: CompletionResponse = serde_json::from_slice(body)
+        .map_err(|e| ProxyError::UpstreamProtocol(format!("completions response: {e}")))?;
+    let choices = w
+        .choices
+        .into_iter()
+        .map(|c| Choice {
+            index: c.index,
+            finish: finish_from_wire(c.finish_reason.as_deref(), c.stop_reason.as_ref()),
+            logprobs: c
+                .logprobs
+                .map(|l| logprobs::from_wire(l, c.token_ids.as_deref())),
+            text: c.text,
+            token_ids: c.token_ids,
+            usage: None,
+        })
+        .collect();
+    Ok(Response {
+        id: w.id,
+        model: w.model,
+        choices,
+        usage: w.usage.map(Into::into),
+    })
+}
+
+pub fn choice_json(c: &Choice, ctx: &Ctx) -> Value {
+    let (finish, stop) = finish_to_wire(c.finish.as_ref());
+    let lp = match (&c.logprobs, ctx.logprobs) {
+        (Some(l), Some(_)) => logprobs::to_wire(l, 0),
+        _ => Value::Null,
+    };
+    json!({"index": c.index, "text": c.text, "logprobs": lp,
+           "finish_reason": finish, "stop_reason": stop})
+}
+
+pub fn encode_response(resp: &Response, ctx: &Ctx) -> Vec<u8> {
+    let choices: Vec<Value> = resp.choices.iter().map(|c| choice_json(c, ctx)).collect();
+    let usage = resp.usage.unwrap_or_default();
+    json!({
+        "id": ctx.id, "object": "text_completion", "created": ctx.created, "model": ctx.model,
+        "choices": choices, "usage": usage_json(&usage),
+    })
+    .to_string()
+    .into_bytes()
+}

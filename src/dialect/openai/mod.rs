@@ -1,0 +1,30 @@
+//! OpenAI's `/v1/completions` and `/v1/chat/completions`, with vLLM's and SGLang's extensions.
+//!
+//! Quirks handled here:
+//! - vLLM sends usage in a stream only when `stream_options.include_usage` is exactly `true`
+//!   (a real 0.32 server ignored `{}`), so the encoder always sends an explicit `true`.
+//! - `stop_reason` (vLLM) carries the matched stop string or token id; `null` means EOS.
+//! - llama.cpp puts `usage` on its last completions chunk, beside a non-empty `choices`.
+//! - Errors come flat (`{"object":"error",...}`, vLLM <= 0.10.0 and SGLang) or nested
+//!   (`{"error":{...}}`); both are read, the nested one is written.
+
+pub mod chat;
+pub mod completions;
+pub mod error;
+pub mod stream;
+pub mod wire;
+
+/// Logprobs of one stream chunk, in either endpoint's shape.
+fn completions_logprobs(
+    chat: bool,
+    v: serde_json::Value,
+    ids: Option<&[u32]>,
+) -> Vec<crate::model::TokenLogprob> {
+    if chat {
+        chat::logprobs_from_value(v, ids)
+    } else {
+        completions::logprobs_from_value(v, ids)
+    }
+}
+
+pub use wire::{finish_from_wire, finish_to_wire, sampling_from_wire, write_sampling, UsageWire};

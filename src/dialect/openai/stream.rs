@@ -1,0 +1,119 @@
+//! Reading OpenAI-style upstream streams (completions and chat) into canonical events.
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::completions_logprobs;
+use super::wire::{finish_from_wire, UsageWire};
+use crate::error::ProxyError;
+use crate::model::{Chunk, Event, Usage};
+use crate::stream::framing::{is_done_marker, Frame};
+
+#[derive(Debug, Deserialize)]
+struct DeltaWire {
+    role: Option<String>,
+    content: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ChoiceWire {
+    #[serde(default)]
+    index: u32,
+    /// Completions.
+    text: Option<String>,
+    /// Chat.
+    delta: Option<DeltaWire>,
+    finish_reason: Option<String>,
+    stop_reason: Option<Value>,
+    token_ids: Option<Vec<u32>>,
+    logprobs: Option<Value>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ChunkWire {
+    #[serde(default)]
+    id: String,
+    #[serde(default)]
+    model: String,
+    #[serde(default)]
+    choices: Vec<ChoiceWire>,
+    usage: Option<UsageWire>,
+    error: Option<Value>,
+}
+
+/// Decodes one OpenAI-style stream.
+#[derive(Debug)]
+pub struct Decoder {
+    chat: bool,
+    started: bool,
+}
+
+impl Decoder {
+    pub fn new(chat: bool) -> Decoder {
+        Decoder {
+            chat,
+            started: false,
+        }
+    }
+
+    pub fn frame(&mut self, frame: &Frame, out: &mut Vec<Event>) -> Result<(), ProxyError> {
+        if is_done_marker(&frame.data) {
+            out.push(Event::Done);
+            return Ok(());
+        }
+        let w: ChunkWire = serde_json::from_slice(&frame.data)
+            .map_err(|e| ProxyError::UpstreamProtocol(format!("stream chunk: {e}")))?;
+        if let Some(err) = w.error {
+            let message = match err.get("message") {
+                Some(Value::String(s)) => s.clone(),
+                _ => err.to_string(),
+            };
+            out.push(Event::Error { message });
+            return Ok(());
+        }
+        if !self.started {
+            self.started = true;
+            out.push(Event::Start {
+                id: w.id,
+                model: w.model,
+            });
+        }
+        let usage: Option<Usage> = w.usage.map(Into::into);
+        let single = w.choices.len() == 1;
+        if w.choices.is_empty() {
+            if let Some(u) = usage {
+                out.push(Event::Usage(u));
+            }
+        }
+        for c in w.choices {
+            self.choice(c, usage.filter(|_| single), out);
+        }
+        Ok(())
+    }
+
+    fn choice(&self, c: ChoiceWire, usage: Option<Usage>, out: &mut Vec<Event>) {
+        let (text, role) = match (self.chat, c.delta) {
+            (true, Some(d)) => (d.content.unwrap_or_default(), d.role.is_some()),
+            (true, None) => (String::new(), false),
+            (false, _) => (c.text.unwrap_or_default(), false),
+        };
+        let finish = finish_from_wire(c.finish_reason.as_deref(), c.stop_reason.as_ref());
+        if role && text.is_empty() && finish.is_none() && c.token_ids.is_none() {
+            out.push(Event::Role { index: c.index });
+            return;
+        }
+        let logprobs = c
+            .logprobs
+            .filter(|v| !v.is_null())
+            .map(|v| completions_logprobs(self.chat, v, c.token_ids.as_deref()));
+        out.push(Event::Chunk(Chunk {
+            index: c.index,
+            text,
+            tokens: c.token_ids.as_ref().map(|t| t.len() as u32),
+            token_ids: c.token_ids,
+            finish,
+            logprobs,
+            usage,
+        }));
+    }
+}

@@ -1,0 +1,220 @@
+//! Wire pieces shared by completions and chat: sampling fields, usage, finish reasons.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+
+use crate::error::ProxyError;
+use crate::model::{Finish, Sampling, Usage};
+
+/// `stop` is a string or a list of strings.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(untagged)]
+pub enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl OneOrMany {
+    pub fn into_vec(self) -> Vec<String> {
+        match self {
+            OneOrMany::One(s) => vec![s],
+            OneOrMany::Many(v) => v,
+        }
+    }
+}
+
+/// Sampling fields common to both endpoints (OpenAI plus vLLM's extensions).
+#[derive(Debug, Default, Deserialize)]
+pub struct SamplingWire {
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    pub top_k: Option<i64>,
+    pub min_p: Option<f64>,
+    pub frequency_penalty: Option<f64>,
+    pub presence_penalty: Option<f64>,
+    pub repetition_penalty: Option<f64>,
+    pub n: Option<u32>,
+    pub stop: Option<OneOrMany>,
+    pub stop_token_ids: Option<Vec<u32>>,
+    pub ignore_eos: Option<bool>,
+    pub min_tokens: Option<u32>,
+    pub seed: Option<u64>,
+    pub skip_special_tokens: Option<bool>,
+    pub spaces_between_special_tokens: Option<bool>,
+    pub include_stop_str_in_output: Option<bool>,
+    pub logit_bias: Option<Map<String, Value>>,
+}
+
+pub fn sampling_from_wire(w: SamplingWire, max_tokens: Option<u32>) -> Sampling {
+    Sampling {
+        max_tokens,
+        min_tokens: w.min_tokens,
+        temperature: w.temperature,
+        top_p: w.top_p,
+        top_k: w.top_k,
+        min_p: w.min_p,
+        frequency_penalty: w.frequency_penalty,
+        presence_penalty: w.presence_penalty,
+        repetition_penalty: w.repetition_penalty,
+        stop: w.stop.map(OneOrMany::into_vec).unwrap_or_default(),
+        stop_token_ids: w.stop_token_ids.unwrap_or_default(),
+        ignore_eos: w.ignore_eos.unwrap_or(false),
+        n: w.n.unwrap_or(1),
+        seed: w.seed,
+        skip_special_tokens: w.skip_special_tokens,
+        spaces_between_special_tokens: w.spaces_between_special_tokens,
+        include_stop: w.include_stop_str_in_output.unwrap_or(false),
+        logit_bias: w.logit_bias,
+        ..Sampling::default()
+    }
+}
+
+/// Write every sampling field the request sets (vLLM's names), refusing what vLLM lacks.
+pub fn write_sampling(s: &Sampling, m: &mut Map<String, Value>) -> Result<(), ProxyError> {
+    let mut put = |k: &str, v: Value| {
+        m.insert(k.to_string(), v);
+    };
+    if let Some(v) = s.min_tokens.filter(|&v| v > 0) {
+        put("min_tokens", json!(v));
+    }
+    let floats = [
+        ("temperature", s.temperature),
+        ("top_p", s.top_p),
+        ("min_p", s.min_p),
+        ("frequency_penalty", s.frequency_penalty),
+        ("presence_penalty", s.presence_penalty),
+        ("repetition_penalty", s.repetition_penalty),
+    ];
+    for (k, v) in floats {
+        if let Some(v) = v {
+            put(k, json!(v));
+        }
+    }
+    if let Some(k) = s.top_k {
+        put("top_k", json!(k));
+    }
+    if s.n != 1 {
+        put("n", json!(s.n));
+    }
+    if !s.stop.is_empty() {
+        put("stop", json!(s.stop));
+    }
+    if !s.stop_token_ids.is_empty() {
+        put("stop_token_ids", json!(s.stop_token_ids));
+    }
+    if s.ignore_eos {
+        put("ignore_eos", json!(true));
+    }
+    if let Some(seed) = s.seed {
+        put("seed", json!(seed));
+    }
+    if let Some(v) = s.skip_special_tokens {
+        put("skip_special_tokens", json!(v));
+    }
+    if let Some(v) = s.spaces_between_special_tokens {
+        put("spaces_between_special_tokens", json!(v));
+    }
+    if s.include_stop {
+        put("include_stop_str_in_output", json!(true));
+    }
+    if let Some(b) = &s.logit_bias {
+        put("logit_bias", Value::Object(b.clone()));
+    }
+    write_structured(s, m)
+}
+
+/// Structured output: a JSON schema through `response_format`, regex and grammars through
+/// vLLM's `structured_outputs`.
+fn write_structured(s: &Sampling, m: &mut Map<String, Value>) -> Result<(), ProxyError> {
+    if !s.stop_regex.is_empty() {
+        return Err(ProxyError::unsupported(
+            "stop_regex",
+            "the upstream has no stop-by-regex; use stop strings",
+        ));
+    }
+    if let Some(schema) = &s.json_schema {
+        m.insert(
+            "response_format".into(),
+            json!({"type": "json_schema", "json_schema": {"name": "schema", "schema": schema}}),
+        );
+    }
+    let mut so = Map::new();
+    if let Some(r) = &s.regex {
+        so.insert("regex".into(), json!(r));
+    }
+    if let Some(g) = &s.ebnf {
+        so.insert("grammar".into(), json!(g));
+    }
+    if !so.is_empty() {
+        m.insert("structured_outputs".into(), Value::Object(so));
+    }
+    Ok(())
+}
+
+#[derive(Debug, Clone, Copy, Default, Deserialize, Serialize)]
+pub struct UsageWire {
+    #[serde(default)]
+    pub prompt_tokens: u64,
+    #[serde(default)]
+    pub completion_tokens: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens_details: Option<CachedWire>,
+}
+
+#[derive(Debug, Clone, Copy, Default, Deserialize, Serialize)]
+pub struct CachedWire {
+    #[serde(default)]
+    pub cached_tokens: Option<u64>,
+}
+
+impl From<UsageWire> for Usage {
+    fn from(u: UsageWire) -> Usage {
+        Usage {
+            prompt_tokens: u.prompt_tokens,
+            completion_tokens: u.completion_tokens,
+            cached_tokens: u.prompt_tokens_details.and_then(|d| d.cached_tokens),
+        }
+    }
+}
+
+pub fn usage_json(u: &Usage) -> Value {
+    let mut v = json!({
+        "prompt_tokens": u.prompt_tokens,
+        "total_tokens": u.total(),
+        "completion_tokens": u.completion_tokens,
+    });
+    if let Some(c) = u.cached_tokens {
+        v["prompt_tokens_details"] = json!({ "cached_tokens": c });
+    }
+    v
+}
+
+/// Read `finish_reason` plus vLLM's `stop_reason`.
+pub fn finish_from_wire(reason: Option<&str>, stop_reason: Option<&Value>) -> Option<Finish> {
+    Some(match reason? {
+        "stop" | "eos_token" | "stop_sequence" => match stop_reason {
+            Some(Value::String(s)) => Finish::StopString(s.clone()),
+            Some(Value::Number(n)) => n
+                .as_u64()
+                .and_then(|n| u32::try_from(n).ok())
+                .map_or(Finish::Stop, Finish::StopToken),
+            _ if reason == Some("stop_sequence") => Finish::Stop,
+            _ => Finish::Eos(None),
+        },
+        "length" => Finish::Length,
+        "abort" | "error" => Finish::Abort(String::new()),
+        _ => Finish::Stop,
+    })
+}
+
+/// `(finish_reason, stop_reason)` for OpenAI-style clients.
+pub fn finish_to_wire(f: Option<&Finish>) -> (Value, Value) {
+    match f {
+        None => (Value::Null, Value::Null),
+        Some(Finish::Length) => (json!("length"), Value::Null),
+        Some(Finish::Abort(_)) => (json!("abort"), Value::Null),
+        Some(Finish::StopString(s)) => (json!("stop"), json!(s)),
+        Some(Finish::StopToken(t)) => (json!("stop"), json!(t)),
+        Some(Finish::Eos(_) | Finish::Stop) => (json!("stop"), Value::Null),
+    }
+}

@@ -1,0 +1,189 @@
+//! Whole `/generate` responses, both directions.
+
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+
+use super::logprobs;
+use crate::dialect::Ctx;
+use crate::error::ProxyError;
+use crate::model::{Choice, Finish, Response, Usage};
+
+/// SGLang's `finish_reason` object.
+pub fn finish_json(f: Option<&Finish>, completion_tokens: u64, last_id: Option<u32>) -> Value {
+    match f {
+        None => Value::Null,
+        Some(Finish::Eos(id)) => json!({"type": "stop", "matched": id.or(last_id)}),
+        Some(Finish::StopString(s)) => json!({"type": "stop", "matched": s}),
+        Some(Finish::StopToken(t)) => json!({"type": "stop", "matched": t}),
+        Some(Finish::Stop) => json!({"type": "stop", "matched": null}),
+        Some(Finish::Length) => json!({"type": "length", "length": completion_tokens}),
+        Some(Finish::Abort(m)) => json!({"type": "abort", "message": m}),
+    }
+}
+
+pub fn finish_from_json(v: &Value) -> Option<Finish> {
+    let kind = v.get("type")?.as_str()?;
+    Some(match kind {
+        "stop" => match v.get("matched") {
+            Some(Value::String(s)) => Finish::StopString(s.clone()),
+            Some(Value::Number(n)) => Finish::Eos(n.as_u64().map(|n| n as u32)),
+            _ => Finish::Stop,
+        },
+        "length" => Finish::Length,
+        "abort" => Finish::Abort(
+            v.get("message").and_then(Value::as_str).unwrap_or_default().to_string(),
+        ),
+        _ => Finish::Stop,
+    })
+}
+
+/// The `meta_info` object for one choice.
+pub fn meta_info(ctx: &Ctx, c: &Choice, usage: Usage, finished: bool) -> Map<String, Value> {
+    let last_id = c.token_ids.as_ref().and_then(|ids| ids.last().copied());
+    let mut m = Map::new();
+    m.insert("id".into(), json!(choice_id(ctx, c.index)));
+    m.insert(
+        "finish_reason".into(),
+        finish_json(c.finish.as_ref(), usage.completion_tokens, last_id),
+    );
+    m.insert("prompt_tokens".into(), json!(usage.prompt_tokens));
+    m.insert("completion_tokens".into(), json!(usage.completion_tokens));
+    m.insert("cached_tokens".into(), json!(usage.cached_tokens.unwrap_or(0)));
+    if ctx.logprobs.is_some() {
+        let (tokens, tops) = logprobs::to_meta(c.logprobs.as_deref().unwrap_or(&[]), ctx.logprob_text);
+        m.insert("input_token_logprobs".into(), json!([]));
+        m.insert("output_token_logprobs".into(), tokens);
+        m.insert("output_top_logprobs".into(), tops);
+    }
+    if finished {
+        m.insert("e2e_latency".into(), json!(ctx.started.elapsed().as_secs_f64()));
+    }
+    m
+}
+
+/// SGLang names each request of a batch `{rid}_{i}`.
+pub fn choice_id(ctx: &Ctx, index: u32) -> String {
+    if ctx.is_multi() {
+        format!("{}_{}", ctx.id, index)
+    } else {
+        ctx.id.clone()
+    }
+}
+
+fn choice_json(ctx: &Ctx, c: &Choice, usage: Usage) -> Value {
+    let mut v = Map::new();
+    v.insert("text".into(), json!(c.text));
+    if let Some(ids) = &c.token_ids {
+        v.insert("output_ids".into(), json!(ids));
+    }
+    v.insert("meta_info".into(), Value::Object(meta_info(ctx, c, usage, true)));
+    Value::Object(v)
+}
+
+pub fn encode(resp: &Response, ctx: &Ctx) -> Vec<u8> {
+    let usages = per_choice_usage(resp, ctx);
+    let items: Vec<Value> = resp
+        .choices
+        .iter()
+        .zip(usages)
+        .map(|(c, u)| choice_json(ctx, c, u))
+        .collect();
+    let body = match (ctx.is_multi(), items.len()) {
+        (false, 1) => items.into_iter().next().unwrap_or(Value::Null),
+        _ => Value::Array(items),
+    };
+    body.to_string().into_bytes()
+}
+
+/// Per-choice counts: the upstream's own per choice, else exact from token ids, else the
+/// totals split evenly (only when the upstream gave nothing finer).
+fn per_choice_usage(resp: &Response, ctx: &Ctx) -> Vec<Usage> {
+    let total = resp.usage.unwrap_or_default();
+    let count = resp.choices.len().max(1) as u64;
+    let prompt_each = total.prompt_tokens / (ctx.prompts.max(1) as u64);
+    resp.choices
+        .iter()
+        .map(|c| {
+            if let Some(u) = c.usage {
+                return u;
+            }
+            if count == 1 {
+                return total;
+            }
+            let completion = match &c.token_ids {
+                Some(ids) => ids.len() as u64,
+                None => total.completion_tokens / count,
+            };
+            Usage {
+                prompt_tokens: prompt_each,
+                completion_tokens: completion,
+                cached_tokens: total.cached_tokens.map(|_| 0),
+            }
+        })
+        .collect()
+}
+
+#[derive(Debug, Deserialize)]
+struct MetaWire {
+    #[serde(default)]
+    id: String,
+    finish_reason: Option<Value>,
+    #[serde(default)]
+    prompt_tokens: u64,
+    #[serde(default)]
+    completion_tokens: u64,
+    cached_tokens: Option<u64>,
+    output_token_logprobs: Option<Value>,
+    output_top_logprobs: Option<Value>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ItemWire {
+    #[serde(default)]
+    text: String,
+    output_ids: Option<Vec<u32>>,
+    meta_info: MetaWire,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum BodyWire {
+    One(Box<ItemWire>),
+    Many(Vec<ItemWire>),
+}
+
+pub fn decode(body: &[u8]) -> Result<Response, ProxyError> {
+    let w: BodyWire = serde_json::from_slice(body)
+        .map_err(|e| ProxyError::UpstreamProtocol(format!("generate response: {e}")))?;
+    let items = match w {
+        BodyWire::One(i) => vec![*i],
+        BodyWire::Many(v) => v,
+    };
+    let id = items.first().map(|i| i.meta_info.id.clone()).unwrap_or_default();
+    let choices = items.into_iter().enumerate().map(|(i, it)| item_choice(i, it)).collect();
+    Ok(Response {
+        id,
+        model: String::new(),
+        choices,
+        usage: None,
+    })
+}
+
+fn item_choice(index: usize, it: ItemWire) -> Choice {
+    let m = it.meta_info;
+    Choice {
+        index: index as u32,
+        text: it.text,
+        token_ids: it.output_ids,
+        finish: m.finish_reason.as_ref().and_then(finish_from_json),
+        logprobs: m
+            .output_token_logprobs
+            .as_ref()
+            .map(|t| logprobs::from_meta(t, m.output_top_logprobs.as_ref())),
+        usage: Some(Usage {
+            prompt_tokens: m.prompt_tokens,
+            completion_tokens: m.completion_tokens,
+            cached_tokens: m.cached_tokens,
+        }),
+    }
+}

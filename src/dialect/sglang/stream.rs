@@ -1,0 +1,183 @@
+//! `/generate` streams: the client encoder re-accumulates deltas into SGLang's cumulative
+//! chunks; the upstream decoder turns cumulative chunks back into deltas.
+
+use bytes::{BufMut, BytesMut};
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use super::response::{finish_from_json, meta_info};
+use crate::dialect::Ctx;
+use crate::error::ProxyError;
+use crate::model::{Choice, Chunk, Event, Tally, Usage};
+use crate::stream::framing::{is_done_marker, write_sse, Frame};
+
+/// Client side: one cumulative `data:` chunk per upstream chunk.
+pub struct Encoder {
+    ctx: Ctx,
+    tally: Tally,
+    /// Cumulative state per choice (text, ids, logprobs, finish).
+    choices: Vec<Choice>,
+}
+
+#[derive(serde::Serialize)]
+struct Out<'a> {
+    text: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    output_ids: Option<&'a [u32]>,
+    meta_info: Map<String, Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    index: Option<u32>,
+}
+
+impl Encoder {
+    pub fn new(ctx: Ctx) -> Encoder {
+        Encoder {
+            ctx,
+            tally: Tally::default(),
+            choices: Vec::new(),
+        }
+    }
+
+    pub fn events(&mut self, events: &[Event], out: &mut BytesMut) {
+        for ev in events {
+            self.tally.observe(ev);
+            if let Event::Chunk(c) = ev {
+                self.chunk(c, out);
+            }
+        }
+    }
+
+    fn chunk(&mut self, c: &Chunk, out: &mut BytesMut) {
+        let i = c.index as usize;
+        if self.choices.len() <= i {
+            self.choices.resize_with(i + 1, Choice::default);
+        }
+        let st = &mut self.choices[i];
+        st.index = c.index;
+        st.text.push_str(&c.text);
+        if let Some(ids) = &c.token_ids {
+            st.token_ids.get_or_insert_with(Vec::new).extend_from_slice(ids);
+        }
+        if let Some(lps) = &c.logprobs {
+            st.logprobs.get_or_insert_with(Vec::new).extend_from_slice(lps);
+        }
+        if c.finish.is_some() {
+            st.finish = c.finish.clone();
+        }
+        if c.text.is_empty() && c.finish.is_none() {
+            return;
+        }
+        let usage = Usage {
+            prompt_tokens: self.tally.choice_prompt(c.index).unwrap_or(0),
+            completion_tokens: self.tally.choice_tokens(c.index),
+            cached_tokens: self.tally.choice_cached(c.index),
+        };
+        let st = &self.choices[i];
+        let body = Out {
+            text: &st.text,
+            output_ids: st.token_ids.as_deref(),
+            meta_info: meta_info(&self.ctx, st, usage, st.finish.is_some()),
+            index: self.ctx.is_multi().then_some(c.index),
+        };
+        out.put_slice(b"data: ");
+        if serde_json::to_writer((&mut *out).writer(), &body).is_err() {
+            out.put_slice(b"{}");
+        }
+        out.put_slice(b"\n\n");
+    }
+
+    pub fn end(&mut self, out: &mut BytesMut) {
+        write_sse(out, b"[DONE]");
+    }
+
+    pub fn error(&mut self, err: &ProxyError, out: &mut BytesMut) {
+        super::error::write_stream_error(err, out);
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct MetaWire {
+    finish_reason: Option<Value>,
+    #[serde(default)]
+    prompt_tokens: u64,
+    #[serde(default)]
+    completion_tokens: u64,
+    cached_tokens: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ChunkWire {
+    #[serde(default)]
+    index: u32,
+    #[serde(default)]
+    text: String,
+    output_ids: Option<Vec<u32>>,
+    meta_info: Option<MetaWire>,
+    error: Option<Value>,
+}
+
+#[derive(Debug, Default, Clone)]
+struct Seen {
+    text_len: usize,
+    ids_len: usize,
+    tokens: u64,
+}
+
+/// Upstream side: turns cumulative chunks into deltas.
+#[derive(Debug, Default)]
+pub struct Decoder {
+    seen: Vec<Seen>,
+}
+
+impl Decoder {
+    pub fn frame(&mut self, frame: &Frame, out: &mut Vec<Event>) -> Result<(), ProxyError> {
+        if is_done_marker(&frame.data) {
+            out.push(Event::Done);
+            return Ok(());
+        }
+        let w: ChunkWire = serde_json::from_slice(&frame.data)
+            .map_err(|e| ProxyError::UpstreamProtocol(format!("generate stream chunk: {e}")))?;
+        if let Some(err) = w.error {
+            out.push(Event::Error {
+                message: crate::dialect::error_message(err.to_string().as_bytes()),
+            });
+            return Ok(());
+        }
+        let i = w.index as usize;
+        if self.seen.len() <= i {
+            self.seen.resize(i + 1, Seen::default());
+        }
+        let seen = &mut self.seen[i];
+        // Cumulative text: emit the new suffix; if a chunk is not an extension of the last
+        // one (stop trimming can shorten it), emit nothing rather than garbage.
+        let text = match w.text.get(seen.text_len..) {
+            Some(s) if w.text.is_char_boundary(seen.text_len) => s.to_string(),
+            _ => String::new(),
+        };
+        seen.text_len = seen.text_len.max(w.text.len());
+        let ids = w.output_ids.map(|ids| {
+            let new = ids.get(seen.ids_len..).unwrap_or_default().to_vec();
+            seen.ids_len = seen.ids_len.max(ids.len());
+            new
+        });
+        let meta = w.meta_info;
+        let tokens = meta.as_ref().map(|m| m.completion_tokens.saturating_sub(seen.tokens));
+        if let Some(m) = &meta {
+            seen.tokens = seen.tokens.max(m.completion_tokens);
+        }
+        out.push(Event::Chunk(Chunk {
+            index: w.index,
+            text,
+            token_ids: ids,
+            tokens: tokens.map(|t| t as u32),
+            finish: meta.as_ref().and_then(|m| m.finish_reason.as_ref()).and_then(finish_from_json),
+            logprobs: None,
+            usage: meta.map(|m| Usage {
+                prompt_tokens: m.prompt_tokens,
+                completion_tokens: m.completion_tokens,
+                cached_tokens: m.cached_tokens,
+            }),
+        }));
+        Ok(())
+    }
+}

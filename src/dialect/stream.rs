@@ -1,0 +1,60 @@
+//! Stateful stream codecs, dispatched over the closed set of dialects.
+
+use bytes::BytesMut;
+
+use super::{openai, sglang};
+use crate::error::ProxyError;
+use crate::model::Event;
+use crate::stream::framing::Frame;
+
+/// Turns canonical events into a client dialect's stream bytes.
+pub enum StreamEncoder {
+    Sglang(sglang::stream::Encoder),
+    Completions(openai::completions::StreamEncoder),
+    Chat(openai::chat::StreamEncoder),
+}
+
+impl StreamEncoder {
+    /// Encode the events decoded from one upstream frame.
+    pub fn events(&mut self, events: &[Event], out: &mut BytesMut) {
+        match self {
+            StreamEncoder::Sglang(e) => e.events(events, out),
+            StreamEncoder::Completions(e) => e.events(events, out),
+            StreamEncoder::Chat(e) => e.events(events, out),
+        }
+    }
+
+    /// The upstream ended cleanly: write the terminator.
+    pub fn end(&mut self, out: &mut BytesMut) {
+        match self {
+            StreamEncoder::Sglang(e) => e.end(out),
+            StreamEncoder::Completions(e) => e.end(out),
+            StreamEncoder::Chat(e) => e.end(out),
+        }
+    }
+
+    /// The stream failed after it started: an in-band error, then the terminator.
+    pub fn error(&mut self, err: &ProxyError, out: &mut BytesMut) {
+        match self {
+            StreamEncoder::Sglang(e) => e.error(err, out),
+            StreamEncoder::Completions(_) | StreamEncoder::Chat(_) => {
+                openai::error::write_stream_error(err, out)
+            }
+        }
+    }
+}
+
+/// Turns an upstream dialect's frames into canonical events.
+pub enum StreamDecoder {
+    Sglang(sglang::stream::Decoder),
+    Openai(openai::stream::Decoder),
+}
+
+impl StreamDecoder {
+    pub fn frame(&mut self, frame: &Frame, out: &mut Vec<Event>) -> Result<(), ProxyError> {
+        match self {
+            StreamDecoder::Sglang(d) => d.frame(frame, out),
+            StreamDecoder::Openai(d) => d.frame(frame, out),
+        }
+    }
+}

@@ -1,0 +1,157 @@
+//! Token accounting over a stream: the upstream's counts where it gives them, else a count.
+
+use super::{Event, Usage};
+
+/// Accumulates what a stream says about tokens, per choice and in total.
+#[derive(Debug, Default, Clone)]
+pub struct Tally {
+    totals: Option<Usage>,
+    per_choice: Vec<ChoiceTally>,
+    /// Some chunk's token count had to be guessed (one per non-empty text chunk).
+    estimated: bool,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct ChoiceTally {
+    usage: Option<Usage>,
+    counted: u64,
+}
+
+impl Tally {
+    /// Account for one event; returns how many new output tokens it carried.
+    pub fn observe(&mut self, ev: &Event) -> u32 {
+        match ev {
+            Event::Usage(u) => {
+                self.totals = Some(*u);
+                0
+            }
+            Event::Chunk(c) => {
+                let slot = self.slot(c.index);
+                let before = slot.usage.map(|u| u.completion_tokens);
+                let new = match (c.tokens, c.usage, before) {
+                    (Some(n), _, _) => n as u64,
+                    (None, Some(u), prev) => u.completion_tokens.saturating_sub(prev.unwrap_or(0)),
+                    (None, None, _) => {
+                        let guess = u64::from(!c.text.is_empty());
+                        if guess > 0 {
+                            self.estimated = true;
+                        }
+                        guess
+                    }
+                };
+                let slot = self.slot(c.index);
+                slot.counted += new;
+                if let Some(u) = c.usage {
+                    slot.usage = Some(u);
+                }
+                new as u32
+            }
+            _ => 0,
+        }
+    }
+
+    fn slot(&mut self, index: u32) -> &mut ChoiceTally {
+        let i = index as usize;
+        if self.per_choice.len() <= i {
+            self.per_choice.resize(i + 1, ChoiceTally::default());
+        }
+        &mut self.per_choice[i]
+    }
+
+    /// Output tokens of one choice so far.
+    pub fn choice_tokens(&self, index: u32) -> u64 {
+        self.per_choice
+            .get(index as usize)
+            .map(|c| c.usage.map_or(c.counted, |u| u.completion_tokens.max(c.counted)))
+            .unwrap_or(0)
+    }
+
+    /// Prompt tokens of one choice, when the upstream said.
+    pub fn choice_prompt(&self, index: u32) -> Option<u64> {
+        self.per_choice
+            .get(index as usize)
+            .and_then(|c| c.usage)
+            .map(|u| u.prompt_tokens)
+            .or(self.totals.map(|u| u.prompt_tokens))
+    }
+
+    pub fn choice_cached(&self, index: u32) -> Option<u64> {
+        self.per_choice
+            .get(index as usize)
+            .and_then(|c| c.usage)
+            .and_then(|u| u.cached_tokens)
+    }
+
+    /// Totals for the request and whether they were estimated rather than reported.
+    pub fn totals(&self) -> (Usage, bool) {
+        if let Some(u) = self.totals {
+            return (u, false);
+        }
+        let mut sum = Usage::default();
+        let mut all_reported = !self.per_choice.is_empty();
+        for c in &self.per_choice {
+            match c.usage {
+                Some(u) => sum.add(&u),
+                None => {
+                    all_reported = false;
+                    sum.completion_tokens += c.counted;
+                }
+            }
+        }
+        (sum, !all_reported && self.estimated)
+    }
+
+    /// Whether any usage was reported (so prompt tokens are known).
+    pub fn has_reported_usage(&self) -> bool {
+        self.totals.is_some() || self.per_choice.iter().any(|c| c.usage.is_some())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Chunk;
+
+    fn chunk(index: u32, text: &str, tokens: Option<u32>, usage: Option<(u64, u64)>) -> Event {
+        Event::Chunk(Chunk {
+            index,
+            text: text.into(),
+            tokens,
+            usage: usage.map(|(p, c)| Usage {
+                prompt_tokens: p,
+                completion_tokens: c,
+                cached_tokens: None,
+            }),
+            ..Chunk::default()
+        })
+    }
+
+    #[test]
+    fn cumulative_usage_gives_deltas() {
+        let mut t = Tally::default();
+        assert_eq!(t.observe(&chunk(0, "a", None, Some((5, 2)))), 2);
+        assert_eq!(t.observe(&chunk(0, "b", None, Some((5, 5)))), 3);
+        assert_eq!(t.choice_tokens(0), 5);
+        assert_eq!(t.totals(), (Usage { prompt_tokens: 5, completion_tokens: 5, cached_tokens: None }, false));
+    }
+
+    #[test]
+    fn no_counts_means_estimate() {
+        let mut t = Tally::default();
+        t.observe(&chunk(0, "a", None, None));
+        t.observe(&chunk(1, "b", None, None));
+        t.observe(&chunk(1, "", None, None));
+        let (u, estimated) = t.totals();
+        assert_eq!(u.completion_tokens, 2);
+        assert!(estimated);
+    }
+
+    #[test]
+    fn explicit_totals_win() {
+        let mut t = Tally::default();
+        t.observe(&chunk(0, "a", Some(3), None));
+        t.observe(&Event::Usage(Usage { prompt_tokens: 9, completion_tokens: 4, cached_tokens: Some(1) }));
+        assert_eq!(t.totals().0.completion_tokens, 4);
+        assert_eq!(t.choice_tokens(0), 3);
+    }
+}

@@ -1,7 +1,11 @@
 //! lingo: an LLM-serving compatibility proxy, load driver and simulated inference server.
 
-pub mod error;
-pub mod mock;
+pub mod config;
 pub mod dialect;
+pub mod error;
+pub mod metrics;
+pub mod mock;
 pub mod model;
+pub mod proxy;
 pub mod stream;
+pub mod upstream;

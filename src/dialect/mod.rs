@@ -8,7 +8,7 @@
 pub mod openai;
 pub mod sglang;
 
-mod ctx;
+pub mod ctx;
 mod stream;
 
 pub use ctx::Ctx;

@@ -1,0 +1,181 @@
+//! Configuration: serde structs with documented defaults and a `validate()` that names the
+//! offending key. Sources are layered file, then environment, then command line (the CLI
+//! module applies the last two over what `load` returns).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::upstream::KindSetting;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}")]
+    Parse { path: String, message: String },
+    #[error("invalid config: {key}: {message}")]
+    Invalid { key: &'static str, message: String },
+}
+
+fn invalid(key: &'static str, message: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        key,
+        message: message.into(),
+    }
+}
+
+/// The whole configuration of `lingo serve`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Address the proxy listens on. Default `127.0.0.1:30000` (SGLang's default port).
+    pub listen: SocketAddr,
+    pub upstream: UpstreamConfig,
+    /// Model aliases: client-facing name = upstream name. Rewritten in the request and back
+    /// in the response.
+    pub models: BTreeMap<String, String>,
+    pub timeouts: Timeouts,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            listen: SocketAddr::from(([127, 0, 0, 1], 30000)),
+            upstream: UpstreamConfig::default(),
+            models: BTreeMap::new(),
+            timeouts: Timeouts::default(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct UpstreamConfig {
+    /// Base URL of the inference server. Default `http://127.0.0.1:8000` (vLLM's default).
+    pub url: String,
+    /// `auto` (probe the server at start), `vllm` or `sglang`. Default `auto`.
+    pub kind: KindSetting,
+    /// The upstream's name in metrics labels. Default `default`.
+    pub name: String,
+    /// Model used for requests that name none (SGLang's `/generate` never does). Default:
+    /// the first model the upstream lists on `/v1/models`.
+    pub model: Option<String>,
+}
+
+impl Default for UpstreamConfig {
+    fn default() -> UpstreamConfig {
+        UpstreamConfig {
+            url: "http://127.0.0.1:8000".into(),
+            kind: KindSetting::Auto,
+            name: "default".into(),
+            model: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Timeouts {
+    /// Connecting to the upstream. Default 5s.
+    #[serde(with = "humantime_serde")]
+    pub connect: Duration,
+    /// From sending a request to the upstream's response headers (covers queueing and, for
+    /// non-streaming requests, the whole generation). Default 600s.
+    #[serde(with = "humantime_serde")]
+    pub response_headers: Duration,
+    /// Reading a client's request body. Default 30s.
+    #[serde(with = "humantime_serde")]
+    pub client_body: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Timeouts {
+        Timeouts {
+            connect: Duration::from_secs(5),
+            response_headers: Duration::from_secs(600),
+            client_body: Duration::from_secs(30),
+        }
+    }
+}
+
+impl Config {
+    /// Read a TOML file (keys not in these structs are an error).
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        toml::from_str(&text).map_err(|e| ConfigError::Parse {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let url: http::Uri = self
+            .upstream
+            .url
+            .parse()
+            .map_err(|e| invalid("upstream.url", format!("not a URL: {e}")))?;
+        if url.scheme_str() != Some("http") {
+            return Err(invalid("upstream.url", "only http:// upstreams are supported"));
+        }
+        if url.host().is_none() {
+            return Err(invalid("upstream.url", "has no host"));
+        }
+        if self.upstream.name.is_empty() {
+            return Err(invalid("upstream.name", "must not be empty"));
+        }
+        for (alias, target) in &self.models {
+            if alias.is_empty() || target.is_empty() {
+                return Err(invalid("models", "alias and target must be non-empty"));
+            }
+        }
+        let t = &self.timeouts;
+        for (key, d) in [
+            ("timeouts.connect", t.connect),
+            ("timeouts.response_headers", t.response_headers),
+            ("timeouts.client_body", t.client_body),
+        ] {
+            if d.is_zero() {
+                return Err(invalid(key, "must be greater than zero"));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn example_file_parses_and_validates() {
+        let cfg = Config::load(Path::new("config/lingo.toml")).unwrap();
+        cfg.validate().unwrap();
+        assert_eq!(cfg.models.get("qwen").map(String::as_str), Some("Qwen/Qwen3.6-27B"));
+    }
+
+    #[test]
+    fn unknown_key_is_an_error() {
+        let err = toml::from_str::<Config>("listn = \"127.0.0.1:1\"").unwrap_err();
+        assert!(err.to_string().contains("listn"), "{err}");
+    }
+
+    #[test]
+    fn validate_names_the_key() {
+        let mut cfg = Config::default();
+        cfg.upstream.url = "https://x".into();
+        assert!(cfg.validate().unwrap_err().to_string().contains("upstream.url"));
+        let mut cfg = Config::default();
+        cfg.timeouts.connect = Duration::ZERO;
+        assert!(cfg.validate().unwrap_err().to_string().contains("timeouts.connect"));
+    }
+}

@@ -1,0 +1,146 @@
+//! Metrics: every name in `names.rs`, registered once with help text and explicit buckets;
+//! call sites use the typed recording functions here, never the prometheus types.
+//!
+//! Per-request measurement lives in `body.rs`: a wrapper around the response body sees the
+//! first token, every later token, the end, an error, or the client dropping the stream.
+
+pub mod body;
+mod names;
+mod record;
+
+pub use body::{Emit, MeteredBody, Summary};
+pub use record::{Labels, Outcome, RequestRecord};
+
+use prometheus::{
+    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder,
+};
+
+use names::*;
+
+/// All of lingo's metrics, registered in one registry.
+pub struct Metrics {
+    registry: Registry,
+    requests: IntCounterVec,
+    prompt_tokens: IntCounterVec,
+    generation_tokens: IntCounterVec,
+    estimated_requests: IntCounterVec,
+    errors: IntCounterVec,
+    ttft: HistogramVec,
+    itl: HistogramVec,
+    tpot: HistogramVec,
+    e2e: HistogramVec,
+    prompt_hist: HistogramVec,
+    generation_hist: HistogramVec,
+    upstream_headers: HistogramVec,
+    overhead: HistogramVec,
+    in_flight: IntGaugeVec,
+}
+
+fn counter(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    let c = IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric");
+    r.register(Box::new(c.clone())).expect("unique metric");
+    c
+}
+
+fn histogram(r: &Registry, name: &str, help: &str, labels: &[&str], buckets: &[f64]) -> HistogramVec {
+    let opts = HistogramOpts::new(name, help).buckets(buckets.to_vec());
+    let h = HistogramVec::new(opts, labels).expect("valid metric");
+    r.register(Box::new(h.clone())).expect("unique metric");
+    h
+}
+
+impl Default for Metrics {
+    fn default() -> Metrics {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let r = Registry::new();
+        let in_flight = IntGaugeVec::new(Opts::new(IN_FLIGHT.0, IN_FLIGHT.1), &["upstream"])
+            .expect("valid metric");
+        r.register(Box::new(in_flight.clone())).expect("unique metric");
+        Metrics {
+            requests: counter(&r, REQUESTS.0, REQUESTS.1, REQUEST_LABELS),
+            prompt_tokens: counter(&r, PROMPT_TOKENS.0, PROMPT_TOKENS.1, MODEL_LABELS),
+            generation_tokens: counter(&r, GENERATION_TOKENS.0, GENERATION_TOKENS.1, MODEL_LABELS),
+            estimated_requests: counter(&r, ESTIMATED.0, ESTIMATED.1, MODEL_LABELS),
+            errors: counter(&r, ERRORS.0, ERRORS.1, ERROR_LABELS),
+            ttft: histogram(&r, TTFT.0, TTFT.1, MODEL_LABELS, TTFT_BUCKETS),
+            itl: histogram(&r, ITL.0, ITL.1, MODEL_LABELS, ITL_BUCKETS),
+            tpot: histogram(&r, TPOT.0, TPOT.1, MODEL_LABELS, ITL_BUCKETS),
+            e2e: histogram(&r, E2E.0, E2E.1, MODEL_LABELS, E2E_BUCKETS),
+            prompt_hist: histogram(&r, PROMPT_HIST.0, PROMPT_HIST.1, MODEL_LABELS, TOKEN_BUCKETS),
+            generation_hist: histogram(&r, GEN_HIST.0, GEN_HIST.1, MODEL_LABELS, TOKEN_BUCKETS),
+            upstream_headers: histogram(&r, HEADERS.0, HEADERS.1, &["upstream"], TTFT_BUCKETS),
+            overhead: histogram(&r, OVERHEAD.0, OVERHEAD.1, &["dialect", "upstream"], OVERHEAD_BUCKETS),
+            in_flight,
+            registry: r,
+        }
+    }
+
+    /// Prometheus text exposition of everything registered.
+    pub fn render(&self) -> String {
+        let mut out = Vec::new();
+        let families = self.registry.gather();
+        if TextEncoder::new().encode(&families, &mut out).is_err() {
+            return String::new();
+        }
+        String::from_utf8(out).unwrap_or_default()
+    }
+
+    pub fn request_started(&self, upstream: &str) {
+        self.in_flight.with_label_values(&[upstream]).inc();
+    }
+
+    /// Record one finished (or failed, or cancelled) request.
+    pub fn request_finished(&self, r: &RequestRecord) {
+        let l = &r.labels;
+        let model = [l.dialect, l.upstream.as_str(), l.model.as_str()];
+        self.in_flight.with_label_values(&[&l.upstream]).dec();
+        self.requests
+            .with_label_values(&[l.dialect, &l.upstream, &l.model, r.outcome.label(), r.finish_label()])
+            .inc();
+        if let Some(kind) = r.error_kind {
+            self.errors.with_label_values(&[l.dialect, &l.upstream, kind]).inc();
+        }
+        self.prompt_tokens.with_label_values(&model).inc_by(r.prompt_tokens);
+        self.generation_tokens.with_label_values(&model).inc_by(r.tokens);
+        if r.estimated {
+            self.estimated_requests.with_label_values(&model).inc();
+        }
+        if r.outcome == Outcome::Ok {
+            self.prompt_hist.with_label_values(&model).observe(r.prompt_tokens as f64);
+            self.generation_hist.with_label_values(&model).observe(r.tokens as f64);
+            if let Some(e2e) = r.e2e() {
+                self.e2e.with_label_values(&model).observe(e2e);
+            }
+            if let Some(tpot) = r.tpot() {
+                self.tpot.with_label_values(&model).observe(tpot);
+            }
+        }
+        if let Some(h) = r.upstream_headers {
+            self.upstream_headers.with_label_values(&[&l.upstream]).observe(h.as_secs_f64());
+        }
+        if let Some(o) = r.overhead() {
+            self.overhead.with_label_values(&[l.dialect, &l.upstream]).observe(o);
+        }
+    }
+
+    pub fn observe_ttft(&self, r: &RequestRecord, seconds: f64) {
+        let l = &r.labels;
+        self.ttft.with_label_values(&[l.dialect, &l.upstream, &l.model]).observe(seconds);
+    }
+
+    /// A chunk of `tokens` tokens arrived `gap` seconds after the previous one: `tokens`
+    /// observations of `gap / tokens` (token-weighted, so multi-token chunks don't inflate ITL).
+    pub fn observe_itl(&self, r: &RequestRecord, gap: f64, tokens: u32) {
+        let l = &r.labels;
+        let h = self.itl.with_label_values(&[l.dialect, &l.upstream, &l.model]);
+        let each = gap / f64::from(tokens.max(1));
+        for _ in 0..tokens {
+            h.observe(each);
+        }
+    }
+}

@@ -1,0 +1,101 @@
+//! What is known about one request while it is served.
+
+use std::time::{Duration, Instant};
+
+/// How a request ended; a closed set used as a label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Ok,
+    ClientError,
+    UpstreamError,
+    Timeout,
+    /// The client went away before the response ended.
+    Cancelled,
+}
+
+impl Outcome {
+    pub fn label(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::ClientError => "client_error",
+            Outcome::UpstreamError => "upstream_error",
+            Outcome::Timeout => "timeout",
+            Outcome::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// Label values, each from a closed set (the model is already mapped to a known name or
+/// `other`).
+#[derive(Debug, Clone)]
+pub struct Labels {
+    pub dialect: &'static str,
+    pub upstream: String,
+    pub model: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct RequestRecord {
+    pub labels: Labels,
+    pub started: Instant,
+    pub first_token: Option<Instant>,
+    pub last_token: Option<Instant>,
+    pub tokens: u64,
+    pub prompt_tokens: u64,
+    pub estimated: bool,
+    pub finish: Option<&'static str>,
+    pub outcome: Outcome,
+    pub error_kind: Option<&'static str>,
+    pub upstream_headers: Option<Duration>,
+    /// Time spent waiting on the upstream (headers plus body reads).
+    pub upstream_wait: Duration,
+    pub ended: Option<Instant>,
+}
+
+impl RequestRecord {
+    pub fn new(labels: Labels, started: Instant) -> RequestRecord {
+        RequestRecord {
+            labels,
+            started,
+            first_token: None,
+            last_token: None,
+            tokens: 0,
+            prompt_tokens: 0,
+            estimated: false,
+            finish: None,
+            outcome: Outcome::Ok,
+            error_kind: None,
+            upstream_headers: None,
+            upstream_wait: Duration::ZERO,
+            ended: None,
+        }
+    }
+
+    pub fn finish_label(&self) -> &'static str {
+        self.finish.unwrap_or("none")
+    }
+
+    pub fn ttft(&self) -> Option<f64> {
+        self.first_token.map(|t| (t - self.started).as_secs_f64())
+    }
+
+    pub fn e2e(&self) -> Option<f64> {
+        self.last_token.map(|t| (t - self.started).as_secs_f64())
+    }
+
+    /// (E2E - TTFT) / (N - 1), only for N > 1.
+    pub fn tpot(&self) -> Option<f64> {
+        match (self.first_token, self.last_token) {
+            (Some(f), Some(l)) if self.tokens > 1 => {
+                Some((l - f).as_secs_f64() / (self.tokens - 1) as f64)
+            }
+            _ => None,
+        }
+    }
+
+    /// Total time minus time waiting on the upstream.
+    pub fn overhead(&self) -> Option<f64> {
+        let total = self.ended? - self.started;
+        Some(total.saturating_sub(self.upstream_wait).as_secs_f64())
+    }
+}

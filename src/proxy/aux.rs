@@ -1,0 +1,162 @@
+//! The endpoints clients call around generation: health, model and server info, cache
+//! flushes, the model list, and `/metrics`. Forwarded where the upstream has them,
+//! answered by lingo where it does not.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use bytes::Bytes;
+use http::{header, Method, StatusCode, Uri};
+use serde_json::{json, Value};
+
+use super::AppState;
+use crate::dialect::Dialect;
+use crate::error::ProxyError;
+use crate::upstream::Kind;
+
+type St = State<Arc<AppState>>;
+
+pub fn routes() -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/health", get(health))
+        .route("/health_generate", get(health_generate))
+        .route("/get_model_info", get(model_info))
+        .route("/model_info", get(model_info))
+        .route("/get_server_info", get(server_info))
+        .route("/server_info", get(server_info))
+        .route("/flush_cache", get(flush_cache).post(flush_cache))
+        .route("/v1/models", get(models))
+        .route("/metrics", get(metrics))
+}
+
+/// Unknown paths get a 404 in OpenAI's shape (the most widely parsed one).
+pub async fn not_found(uri: Uri) -> Response {
+    let err = ProxyError::invalid("", format!("no route for {}", uri.path()));
+    let body = Dialect::OpenaiCompletions.error_body(&err);
+    (StatusCode::NOT_FOUND, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+/// Forward a request to the same path upstream and relay status, type and body.
+async fn forward(st: &AppState, method: Method, path: &str) -> Response {
+    let resp = match st.client.send(method, path, Bytes::new(), &[]).await {
+        Ok(r) => r,
+        Err(e) => return upstream_error(&e),
+    };
+    let status = resp.status;
+    let ct = resp.content_type.clone();
+    match resp.bytes().await {
+        Ok(body) => {
+            let mut r = Response::new(Body::from(body));
+            *r.status_mut() = status;
+            if let Some(ct) = ct {
+                r.headers_mut().insert(header::CONTENT_TYPE, ct);
+            }
+            r
+        }
+        Err(e) => upstream_error(&e),
+    }
+}
+
+fn upstream_error(e: &ProxyError) -> Response {
+    let body = Dialect::OpenaiCompletions.error_body(e);
+    (e.status(), [(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+async fn kind(st: &AppState) -> Result<Kind, Response> {
+    st.kind().await.map_err(|e| upstream_error(&e))
+}
+
+async fn health(State(st): St) -> Response {
+    forward(&st, Method::GET, "/health").await
+}
+
+/// SGLang runs a one-token generation; elsewhere the upstream's `/health` is the best proxy.
+async fn health_generate(State(st): St) -> Response {
+    match kind(&st).await {
+        Ok(Kind::Sglang) => forward(&st, Method::GET, "/health_generate").await,
+        Ok(Kind::Vllm) => forward(&st, Method::GET, "/health").await,
+        Err(r) => r,
+    }
+}
+
+async fn model_info(State(st): St, uri: Uri) -> Response {
+    match kind(&st).await {
+        Ok(Kind::Sglang) => forward(&st, Method::GET, uri.path()).await,
+        Ok(Kind::Vllm) => match st.default_model().await {
+            Ok(m) => axum::Json(json!({
+                "model_path": m, "tokenizer_path": m, "is_generation": true,
+                "preferred_sampling_params": null, "weight_version": "default",
+                "has_image_understanding": false, "has_audio_understanding": false,
+            }))
+            .into_response(),
+            Err(e) => upstream_error(&e),
+        },
+        Err(r) => r,
+    }
+}
+
+/// lingo always streams `/generate` cumulatively to its clients when it translates, so that
+/// is what it reports; an SGLang upstream (passthrough) reports its own mode.
+async fn server_info(State(st): St, uri: Uri) -> Response {
+    match kind(&st).await {
+        Ok(Kind::Sglang) => forward(&st, Method::GET, uri.path()).await,
+        Ok(Kind::Vllm) => {
+            let model = st.default_model().await.unwrap_or_default();
+            axum::Json(json!({
+                "model_path": model, "served_model_name": model,
+                "incremental_streaming_output": false, "stream_output": false,
+                "internal_states": [{}],
+                "version": concat!("lingo-", env!("CARGO_PKG_VERSION")),
+                "lingo": {"upstream": st.client.base(), "upstream_kind": "vllm"},
+            }))
+            .into_response()
+        }
+        Err(r) => r,
+    }
+}
+
+async fn flush_cache(State(st): St, method: Method) -> Response {
+    match kind(&st).await {
+        Ok(Kind::Sglang) => forward(&st, method, "/flush_cache").await,
+        Ok(Kind::Vllm) => (StatusCode::OK, "Cache flushed.\n").into_response(),
+        Err(r) => r,
+    }
+}
+
+/// The upstream's list, plus one entry per configured alias.
+async fn models(State(st): St) -> Response {
+    let resp = match st.client.get("/v1/models").await {
+        Ok(r) => r,
+        Err(e) => return upstream_error(&e),
+    };
+    let status = resp.status;
+    let body = match resp.bytes().await {
+        Ok(b) => b,
+        Err(e) => return upstream_error(&e),
+    };
+    let Ok(mut v) = serde_json::from_slice::<Value>(&body) else {
+        return (status, body).into_response();
+    };
+    if let Some(data) = v.get_mut("data").and_then(Value::as_array_mut) {
+        let template = data.first().cloned().unwrap_or_else(|| json!({"object": "model"}));
+        for (alias, target) in st.models.aliases() {
+            let mut card = template.clone();
+            card["id"] = json!(alias);
+            card["root"] = json!(target);
+            data.push(card);
+        }
+    }
+    (status, axum::Json(v)).into_response()
+}
+
+async fn metrics(State(st): St) -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        st.metrics.render(),
+    )
+        .into_response()
+}

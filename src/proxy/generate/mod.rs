@@ -1,0 +1,44 @@
+//! The generation endpoints: pass through when the upstream speaks the client's dialect,
+//! translate through the canonical model otherwise.
+
+mod passthrough;
+mod translate;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::extract::State;
+use axum::response::Response;
+use bytes::Bytes;
+use http::HeaderMap;
+
+use super::{respond, AppState};
+use crate::dialect::Dialect;
+use crate::upstream::Route;
+
+pub async fn handle(
+    State(st): State<Arc<AppState>>,
+    dialect: Dialect,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let started = Instant::now();
+    let kind = match st.kind().await {
+        Ok(k) => k,
+        Err(e) => {
+            let rec = respond::record(&st, dialect, None, started);
+            return respond::error(&st, rec, dialect, &e);
+        }
+    };
+    match kind.route(dialect) {
+        Route::Passthrough => passthrough::handle(&st, dialect, &headers, body, started).await,
+        Route::Translate(target) => {
+            translate::handle(&st, dialect, target, &headers, body, started).await
+        }
+    }
+}
+
+/// Whether an upstream error says the model does not exist (so the model list is stale).
+fn is_model_not_found(status: u16, message: &str) -> bool {
+    status == 404 && (message.contains("does not exist") || message.contains("not found"))
+}

@@ -1,0 +1,112 @@
+//! Same dialect on both sides: forward the bytes, observe tokens on the side.
+
+use std::time::Instant;
+
+use axum::response::Response;
+use bytes::Bytes;
+use http::{HeaderMap, StatusCode};
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::super::{respond, AppState};
+use crate::dialect::Dialect;
+use crate::error::{decode_json, ProxyError};
+use crate::metrics::{Outcome, Summary};
+use crate::stream::pipeline::{pipeline, rewrite_model, Output};
+use crate::upstream::forward_headers;
+
+/// The only fields passthrough reads from a request.
+#[derive(Deserialize)]
+struct Peek {
+    model: Option<String>,
+    #[serde(default)]
+    stream: bool,
+}
+
+pub async fn handle(
+    st: &AppState,
+    dialect: Dialect,
+    headers: &HeaderMap,
+    body: Bytes,
+    started: Instant,
+) -> Response {
+    let peek: Peek = match decode_json(&body) {
+        Ok(p) => p,
+        Err(e) => return respond::error(st, respond::record(st, dialect, None, started), dialect, &e),
+    };
+    let alias = peek.model.as_deref().filter(|m| st.models.is_alias(m));
+    let label_model = match &peek.model {
+        Some(m) => Some(m.clone()),
+        None => st.models.default_model(),
+    };
+    let rec = respond::record(st, dialect, label_model.as_deref(), started);
+    let body = match alias {
+        Some(a) => match set_model(&body, st.models.resolve(a)) {
+            Ok(b) => b,
+            Err(e) => return respond::error(st, rec, dialect, &e),
+        },
+        None => body,
+    };
+    let sent = Instant::now();
+    let fwd = forward_headers(headers);
+    let resp = match st.client.post_json(dialect.path(), body, &fwd).await {
+        Ok(r) => r,
+        Err(e) => return respond::error(st, rec, dialect, &e),
+    };
+    let mut rec = rec;
+    rec.upstream_headers = Some(sent.elapsed());
+    let content_type = resp.content_type.clone().unwrap_or_else(respond::json);
+    let alias = alias.map(str::to_string);
+    if peek.stream && resp.status.is_success() {
+        let output = match alias {
+            Some(a) => Output::RewriteModel(a),
+            None => Output::Raw,
+        };
+        let s = pipeline(resp.body, dialect.framing(), dialect.stream_decoder(), output, sent.elapsed());
+        return respond::stream(st, rec, content_type, s);
+    }
+    let status = resp.status;
+    let bytes = match resp.bytes().await {
+        Ok(b) => b,
+        Err(e) => return respond::error(st, rec, dialect, &e),
+    };
+    let summary = summarize(dialect, status, &bytes, sent);
+    let bytes = match &alias {
+        Some(a) if status.is_success() => Bytes::from(rewrite_model(&bytes, a)),
+        _ => bytes,
+    };
+    respond::full(st, rec, status, content_type, bytes, summary)
+}
+
+/// Token counts of a whole passthrough response, read from the upstream's own answer.
+fn summarize(dialect: Dialect, status: StatusCode, bytes: &[u8], sent: Instant) -> Summary {
+    let mut s = Summary {
+        upstream_wait: sent.elapsed(),
+        ..Summary::default()
+    };
+    if !status.is_success() {
+        let outcome = match status.is_client_error() {
+            true => Outcome::ClientError,
+            false => Outcome::UpstreamError,
+        };
+        s.error = Some((outcome, "upstream_status"));
+        return s;
+    }
+    if let Ok(mut resp) = dialect.decode_response(bytes) {
+        resp.fill_usage(1);
+        let usage = resp.usage.unwrap_or_default();
+        s.prompt_tokens = usage.prompt_tokens;
+        s.completion_tokens = usage.completion_tokens;
+        s.finish = resp.choices.first().and_then(|c| c.finish.as_ref()).map(|f| f.label());
+    }
+    s
+}
+
+/// Replace the request's `model` (an alias) with the upstream's name.
+fn set_model(body: &[u8], model: &str) -> Result<Bytes, ProxyError> {
+    let mut v: Value = decode_json(body)?;
+    v["model"] = Value::String(model.to_string());
+    serde_json::to_vec(&v)
+        .map(Bytes::from)
+        .map_err(|e| ProxyError::Internal(e.to_string()))
+}

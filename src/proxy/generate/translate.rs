@@ -1,0 +1,144 @@
+//! Different dialects: decode the client's request, encode it for the upstream, and
+//! translate the answer (whole or streamed) back.
+
+use std::time::Instant;
+
+use axum::response::Response;
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue};
+
+use super::super::{respond, AppState};
+use super::is_model_not_found;
+use crate::dialect::{ctx, Ctx, Dialect};
+use crate::error::ProxyError;
+use crate::metrics::{RequestRecord, Summary};
+use crate::model::Request;
+use crate::stream::pipeline::{pipeline, Output};
+use crate::upstream::{forward_headers, UpstreamResponse};
+
+pub async fn handle(
+    st: &AppState,
+    client: Dialect,
+    target: Dialect,
+    headers: &HeaderMap,
+    body: Bytes,
+    started: Instant,
+) -> Response {
+    let mut req = match client.decode_request(&body) {
+        Ok(r) => r,
+        Err(e) => return respond::error(st, respond::record(st, client, None, started), client, &e),
+    };
+    let (resolved, from_discovery) = match resolve_model(st, &req).await {
+        Ok(m) => m,
+        Err(e) => return respond::error(st, respond::record(st, client, None, started), client, &e),
+    };
+    let shown = req.model.clone().unwrap_or_else(|| resolved.clone());
+    let rec = respond::record(st, client, Some(&shown), started);
+    req.model = Some(resolved);
+    let ctx = Ctx::new(&req, response_id(client, &req), shown);
+    let fwd = forward_headers(headers);
+    let sent = Instant::now();
+    let resp = match send(st, client, target, &mut req, &fwd, from_discovery).await {
+        Ok(r) => r,
+        Err(e) => return respond::error(st, rec, client, &e),
+    };
+    let mut rec = rec;
+    rec.upstream_headers = Some(sent.elapsed());
+    if req.stream {
+        let enc = client.stream_encoder(ctx);
+        let s = pipeline(resp.body, target.framing(), target.stream_decoder(), Output::Encode(enc), sent.elapsed());
+        let ct = HeaderValue::from_static(client.stream_content_type());
+        return respond::stream(st, rec, ct, s);
+    }
+    whole(st, rec, client, target, resp, &ctx, sent).await
+}
+
+/// The upstream model name, and whether it came from the upstream's own list.
+async fn resolve_model(st: &AppState, req: &Request) -> Result<(String, bool), ProxyError> {
+    match &req.model {
+        Some(m) => Ok((st.models.resolve(m).to_string(), false)),
+        None => Ok((st.default_model().await?, st.models.is_discovered())),
+    }
+}
+
+fn response_id(client: Dialect, req: &Request) -> String {
+    if let Some(id) = &req.request_id {
+        return id.clone();
+    }
+    let hex = ctx::random_id();
+    match client {
+        Dialect::Sglang => hex,
+        Dialect::OpenaiCompletions => format!("cmpl-{hex}"),
+        Dialect::OpenaiChat => format!("chatcmpl-{hex}"),
+    }
+}
+
+/// Encode and send; on "model not found" for a discovered default, refresh the model list
+/// and try once more with the new default.
+async fn send(
+    st: &AppState,
+    client: Dialect,
+    target: Dialect,
+    req: &mut Request,
+    fwd: &[(http::HeaderName, HeaderValue)],
+    from_discovery: bool,
+) -> Result<UpstreamResponse, ProxyError> {
+    let mut retried = false;
+    loop {
+        let body = target.encode_request(req).map_err(|e| rename(client, e))?;
+        let resp = st.client.post_json(target.path(), Bytes::from(body), fwd).await?;
+        if resp.status.is_success() {
+            return Ok(resp);
+        }
+        let status = resp.status.as_u16();
+        let message = target.decode_error(&resp.bytes().await?);
+        if from_discovery && !retried && is_model_not_found(status, &message) {
+            retried = true;
+            st.models.refresh(&st.client).await;
+            req.model = Some(st.default_model().await?);
+            continue;
+        }
+        return Err(ProxyError::UpstreamStatus { status, message });
+    }
+}
+
+/// Name a refused field the way the client spelled it.
+fn rename(client: Dialect, e: ProxyError) -> ProxyError {
+    match e {
+        ProxyError::Unsupported { field, reason } => ProxyError::Unsupported {
+            field: client.field_name(&field),
+            reason,
+        },
+        other => other,
+    }
+}
+
+async fn whole(
+    st: &AppState,
+    rec: RequestRecord,
+    client: Dialect,
+    target: Dialect,
+    resp: UpstreamResponse,
+    ctx: &Ctx,
+    sent: Instant,
+) -> Response {
+    let decoded = match resp.bytes().await {
+        Ok(bytes) => target.decode_response(&bytes),
+        Err(e) => Err(e),
+    };
+    let mut out = match decoded {
+        Ok(r) => r,
+        Err(e) => return respond::error(st, rec, client, &e),
+    };
+    out.fill_usage(ctx.n);
+    let usage = out.usage.unwrap_or_default();
+    let summary = Summary {
+        prompt_tokens: usage.prompt_tokens,
+        completion_tokens: usage.completion_tokens,
+        finish: out.choices.first().and_then(|c| c.finish.as_ref()).map(|f| f.label()),
+        upstream_wait: sent.elapsed(),
+        ..Summary::default()
+    };
+    let bytes = Bytes::from(client.encode_response(&out, ctx));
+    respond::full(st, rec, http::StatusCode::OK, respond::json(), bytes, summary)
+}

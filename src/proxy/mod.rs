@@ -1,0 +1,49 @@
+//! `lingo serve`: the router, its shared state, and the layer stack around it.
+
+mod aux;
+mod generate;
+mod layers;
+mod respond;
+mod state;
+
+pub use state::AppState;
+
+use std::sync::Arc;
+
+use axum::routing::post;
+use axum::Router;
+use tower::ServiceBuilder;
+
+use crate::config::Config;
+use crate::dialect::Dialect;
+use crate::metrics::Metrics;
+
+/// The proxy as a router: what `lingo serve` runs and what tests drive.
+pub fn app(config: Config) -> Router {
+    app_with_metrics(config, Arc::new(Metrics::new()))
+}
+
+pub fn app_with_metrics(config: Config, metrics: Arc<Metrics>) -> Router {
+    let body_timeout = config.timeouts.client_body;
+    let state = Arc::new(AppState::new(config, metrics));
+    let gen = |d: Dialect| {
+        move |s, h, b| generate::handle(s, d, h, b)
+    };
+    let routes = Router::new()
+        .route("/generate", post(gen(Dialect::Sglang)).put(gen(Dialect::Sglang)))
+        .route("/v1/completions", post(gen(Dialect::OpenaiCompletions)))
+        .route("/v1/chat/completions", post(gen(Dialect::OpenaiChat)))
+        .merge(aux::routes())
+        .fallback(aux::not_found)
+        .with_state(state);
+    // Order, outermost first: a request id exists before anything logs; a panic anywhere
+    // inside becomes a 500 rather than a dropped connection; slow clients cannot hold a
+    // worker reading their body forever.
+    routes.layer(
+        ServiceBuilder::new()
+            .layer(layers::request_id())
+            .layer(layers::propagate_request_id())
+            .layer(layers::catch_panic())
+            .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(body_timeout)),
+    )
+}

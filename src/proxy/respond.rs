@@ -1,0 +1,77 @@
+//! Every response leaves through here, wrapped in the metered body.
+
+use std::time::Instant;
+
+use axum::body::Body;
+use axum::response::Response;
+use bytes::Bytes;
+use futures_util::Stream;
+use http::{header, HeaderValue, StatusCode};
+
+use super::AppState;
+use crate::dialect::Dialect;
+use crate::error::{ProxyError, Source};
+use crate::metrics::{Emit, Labels, MeteredBody, Outcome, RequestRecord, Summary};
+
+/// Open the record of one request (counts it in flight until its body ends or drops).
+pub fn record(st: &AppState, dialect: Dialect, model: Option<&str>, started: Instant) -> RequestRecord {
+    let labels = Labels {
+        dialect: dialect.label(),
+        upstream: st.upstream_name().to_string(),
+        model: model.map_or_else(|| "other".to_string(), |m| st.models.label(m)),
+    };
+    st.metrics.request_started(&labels.upstream);
+    RequestRecord::new(labels, started)
+}
+
+pub fn stream<S>(st: &AppState, record: RequestRecord, content_type: HeaderValue, s: S) -> Response
+where
+    S: Stream<Item = Emit> + Send + 'static,
+{
+    let body = MeteredBody::new(s, record, st.metrics.clone());
+    let mut resp = Response::new(Body::new(body));
+    let h = resp.headers_mut();
+    h.insert(header::CONTENT_TYPE, content_type);
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    resp
+}
+
+/// A whole response: one data piece carrying all its tokens, then the end.
+pub fn full(
+    st: &AppState,
+    record: RequestRecord,
+    status: StatusCode,
+    content_type: HeaderValue,
+    bytes: Bytes,
+    summary: Summary,
+) -> Response {
+    let tokens = u32::try_from(summary.completion_tokens).unwrap_or(u32::MAX);
+    let pieces = vec![Emit::Data { bytes, tokens }, Emit::End(summary)];
+    let body = MeteredBody::new(futures_util::stream::iter(pieces), record, st.metrics.clone());
+    let mut resp = Response::new(Body::new(body));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(header::CONTENT_TYPE, content_type);
+    resp
+}
+
+pub fn json() -> HeaderValue {
+    HeaderValue::from_static("application/json")
+}
+
+/// An error before any output, in the client's dialect.
+pub fn error(st: &AppState, record: RequestRecord, dialect: Dialect, err: &ProxyError) -> Response {
+    let outcome = match (err.source(), err) {
+        (_, ProxyError::UpstreamTimeout) => Outcome::Timeout,
+        (Source::Client, _) => Outcome::ClientError,
+        _ => Outcome::UpstreamError,
+    };
+    if err.source() != Source::Client {
+        tracing::warn!(dialect = dialect.label(), error = %err, "request failed");
+    }
+    let summary = Summary {
+        error: Some((outcome, err.kind())),
+        ..Summary::default()
+    };
+    let body = Bytes::from(dialect.error_body(err));
+    full(st, record, err.status(), json(), body, summary)
+}

@@ -1,0 +1,88 @@
+//! What every handler shares: config, the upstream client, its kind, models and metrics.
+
+use std::sync::Arc;
+
+use tokio::sync::RwLock;
+
+use crate::config::Config;
+use crate::error::ProxyError;
+use crate::metrics::Metrics;
+use crate::upstream::{detect_kind, Client, Kind, KindSetting, Models};
+
+pub struct AppState {
+    pub config: Config,
+    pub client: Client,
+    pub models: Models,
+    pub metrics: Arc<Metrics>,
+    kind: RwLock<Option<Kind>>,
+}
+
+impl AppState {
+    pub fn new(config: Config, metrics: Arc<Metrics>) -> AppState {
+        let t = &config.timeouts;
+        let client = Client::new(&config.upstream.url, t.connect, t.response_headers);
+        let models = Models::new(config.models.clone(), config.upstream.model.clone());
+        let kind = match config.upstream.kind {
+            KindSetting::Auto => None,
+            KindSetting::Vllm => Some(Kind::Vllm),
+            KindSetting::Sglang => Some(Kind::Sglang),
+        };
+        AppState {
+            config,
+            client,
+            models,
+            metrics,
+            kind: RwLock::new(kind),
+        }
+    }
+
+    /// The upstream's kind: configured, or probed once (and again after a failed probe, so
+    /// lingo may start before its upstream does).
+    pub async fn kind(&self) -> Result<Kind, ProxyError> {
+        if let Some(k) = *self.kind.read().await {
+            return Ok(k);
+        }
+        let mut slot = self.kind.write().await;
+        if let Some(k) = *slot {
+            return Ok(k);
+        }
+        let (kind, why) = detect_kind(&self.client).await.ok_or_else(|| {
+            ProxyError::UpstreamUnreachable(format!(
+                "could not detect the kind of {} (set --upstream-kind)",
+                self.client.base()
+            ))
+        })?;
+        tracing::info!(upstream = self.client.base(), kind = kind.label(), %why, "detected upstream kind");
+        *slot = Some(kind);
+        Ok(kind)
+    }
+
+    /// Probe at start-up so the first request does not pay for it; failures are logged
+    /// and retried on demand.
+    pub async fn warm_up(&self) {
+        if let Err(e) = self.kind().await {
+            tracing::warn!(error = %e, "upstream kind unknown for now");
+        }
+        if self.models.refresh(&self.client).await {
+            let names: Vec<String> = self.models.cards().into_iter().map(|c| c.id).collect();
+            tracing::info!(?names, "upstream models");
+        }
+    }
+
+    pub fn upstream_name(&self) -> &str {
+        &self.config.upstream.name
+    }
+
+    /// The model for a request that names none, discovering it if needed.
+    pub async fn default_model(&self) -> Result<String, ProxyError> {
+        if let Some(m) = self.models.default_model() {
+            return Ok(m);
+        }
+        self.models.refresh(&self.client).await;
+        self.models.default_model().ok_or_else(|| {
+            ProxyError::UpstreamUnreachable(
+                "no model configured and the upstream lists none on /v1/models".into(),
+            )
+        })
+    }
+}

@@ -1,0 +1,126 @@
+//! The pooled HTTP client to the upstream, with its timeouts mapped to typed errors.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{header, HeaderMap, HeaderName, HeaderValue, Method, Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+
+use crate::error::ProxyError;
+
+/// The upstream's answer: status, content type, and the still-unread body.
+pub struct UpstreamResponse {
+    pub status: StatusCode,
+    pub content_type: Option<http::HeaderValue>,
+    pub body: Incoming,
+}
+
+impl UpstreamResponse {
+    /// Read the whole body (non-streaming answers and error bodies).
+    pub async fn bytes(self) -> Result<Bytes, ProxyError> {
+        self.body
+            .collect()
+            .await
+            .map(|c| c.to_bytes())
+            .map_err(|e| ProxyError::UpstreamUnreachable(format!("reading body: {e}")))
+    }
+}
+
+/// One upstream base URL behind hyper-util's pooled, keep-alive client.
+#[derive(Clone)]
+pub struct Client {
+    base: String,
+    inner: hyper_util::client::legacy::Client<HttpConnector, Full<Bytes>>,
+    header_timeout: Duration,
+}
+
+impl Client {
+    pub fn new(base: &str, connect_timeout: Duration, header_timeout: Duration) -> Client {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        connector.set_connect_timeout(Some(connect_timeout));
+        connector.set_keepalive(Some(Duration::from_secs(60)));
+        let inner = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(90))
+            .pool_max_idle_per_host(1024)
+            .build(connector);
+        Client {
+            base: base.trim_end_matches('/').to_string(),
+            inner,
+            header_timeout,
+        }
+    }
+
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    pub async fn get(&self, path: &str) -> Result<UpstreamResponse, ProxyError> {
+        self.send(Method::GET, path, Bytes::new(), &[]).await
+    }
+
+    pub async fn post_json(
+        &self,
+        path: &str,
+        body: Bytes,
+        headers: &[(HeaderName, HeaderValue)],
+    ) -> Result<UpstreamResponse, ProxyError> {
+        self.send(Method::POST, path, body, headers).await
+    }
+
+    /// Send and wait for the response headers, at most `header_timeout`.
+    pub async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        body: Bytes,
+        headers: &[(HeaderName, HeaderValue)],
+    ) -> Result<UpstreamResponse, ProxyError> {
+        let uri = format!("{}{}", self.base, path);
+        let mut req = Request::builder().method(method).uri(&uri);
+        for (k, v) in headers {
+            req = req.header(k, v);
+        }
+        if !body.is_empty() {
+            req = req.header(header::CONTENT_TYPE, "application/json");
+        }
+        let req = req
+            .body(Full::new(body))
+            .map_err(|e| ProxyError::Internal(format!("building request to {uri}: {e}")))?;
+        let resp = tokio::time::timeout(self.header_timeout, self.inner.request(req))
+            .await
+            .map_err(|_| ProxyError::UpstreamTimeout)?
+            .map_err(|e| classify(&uri, e))?;
+        let (parts, body) = resp.into_parts();
+        Ok(UpstreamResponse {
+            status: parts.status,
+            content_type: parts.headers.get(header::CONTENT_TYPE).cloned(),
+            body,
+        })
+    }
+}
+
+fn classify(uri: &str, e: hyper_util::client::legacy::Error) -> ProxyError {
+    let mut text = e.to_string();
+    let mut src = std::error::Error::source(&e);
+    while let Some(s) = src {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        src = s.source();
+    }
+    if text.contains("timed out") || text.contains("timeout") {
+        return ProxyError::UpstreamTimeout;
+    }
+    ProxyError::UpstreamUnreachable(format!("{uri}: {text}"))
+}
+
+/// The client headers worth forwarding upstream: credentials and the request id.
+pub fn forward_headers(headers: &HeaderMap) -> Vec<(HeaderName, HeaderValue)> {
+    [header::AUTHORIZATION, HeaderName::from_static("x-request-id")]
+        .into_iter()
+        .filter_map(|k| headers.get(&k).cloned().map(|v| (k, v)))
+        .collect()
+}

@@ -1,0 +1,46 @@
+//! Probing the upstream at start: which kind it is and which models it serves.
+
+use serde::Deserialize;
+
+use super::{Client, Kind};
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct ModelCard {
+    pub id: String,
+    #[serde(default)]
+    pub owned_by: Option<String>,
+    #[serde(default)]
+    pub max_model_len: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ModelList {
+    data: Vec<ModelCard>,
+}
+
+/// The upstream's `/v1/models`, or `None` when it does not answer one.
+pub async fn list_models(client: &Client) -> Option<Vec<ModelCard>> {
+    let resp = client.get("/v1/models").await.ok()?;
+    if !resp.status.is_success() {
+        return None;
+    }
+    let body = resp.bytes().await.ok()?;
+    serde_json::from_slice::<ModelList>(&body).ok().map(|l| l.data)
+}
+
+/// Probe the upstream: SGLang answers `/get_model_info`; vLLM lists models `owned_by: vllm`.
+/// Anything else that speaks OpenAI is treated as vLLM-like. `None` if nothing answered.
+pub async fn detect_kind(client: &Client) -> Option<(Kind, String)> {
+    if let Ok(resp) = client.get("/get_model_info").await {
+        if resp.status.is_success() {
+            return Some((Kind::Sglang, "GET /get_model_info answered".into()));
+        }
+    }
+    let models = list_models(client).await?;
+    let owner = models.first().and_then(|m| m.owned_by.clone()).unwrap_or_default();
+    let why = format!("GET /v1/models says owned_by {owner:?}");
+    Some(match owner.as_str() {
+        "sglang" => (Kind::Sglang, why),
+        _ => (Kind::Vllm, why),
+    })
+}

@@ -1,0 +1,96 @@
+//! Upstream servers: their kinds, the endpoints each kind serves, and how to reach them.
+
+mod client;
+mod detect;
+mod models;
+
+pub use client::{forward_headers, Client, UpstreamResponse};
+pub use detect::{detect_kind, list_models, ModelCard};
+pub use models::Models;
+
+use serde::{Deserialize, Serialize};
+
+use crate::dialect::Dialect;
+
+/// The `kind` setting: a known kind, or `auto` to probe at start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KindSetting {
+    Auto,
+    Vllm,
+    Sglang,
+}
+
+impl std::str::FromStr for KindSetting {
+    type Err = String;
+    fn from_str(s: &str) -> Result<KindSetting, String> {
+        match s {
+            "auto" => Ok(KindSetting::Auto),
+            "vllm" => Ok(KindSetting::Vllm),
+            "sglang" => Ok(KindSetting::Sglang),
+            other => Err(format!("unknown upstream kind `{other}` (auto, vllm, sglang)")),
+        }
+    }
+}
+
+/// What kind of server the upstream is: decides which endpoints it serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// vLLM's OpenAI-compatible server.
+    Vllm,
+    /// SGLang: native `/generate` plus its OpenAI routes.
+    Sglang,
+}
+
+impl Kind {
+    pub fn label(self) -> &'static str {
+        match self {
+            Kind::Vllm => "vllm",
+            Kind::Sglang => "sglang",
+        }
+    }
+
+    /// The client endpoints this kind serves itself (so requests pass through untouched).
+    pub fn serves(self, dialect: Dialect) -> bool {
+        match self {
+            Kind::Vllm => matches!(dialect, Dialect::OpenaiCompletions | Dialect::OpenaiChat),
+            Kind::Sglang => true,
+        }
+    }
+
+    /// Where a client dialect's request goes on this kind.
+    pub fn route(self, client: Dialect) -> Route {
+        if self.serves(client) {
+            return Route::Passthrough;
+        }
+        Route::Translate(if client.is_chat() {
+            Dialect::OpenaiChat
+        } else {
+            Dialect::OpenaiCompletions
+        })
+    }
+}
+
+/// How a request reaches the upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    /// Same dialect on both sides: bytes forwarded, only observed.
+    Passthrough,
+    /// Translated through the canonical model into this upstream dialect.
+    Translate(Dialect),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sglang_client_on_vllm_translates_to_completions() {
+        assert_eq!(
+            Kind::Vllm.route(Dialect::Sglang),
+            Route::Translate(Dialect::OpenaiCompletions)
+        );
+        assert_eq!(Kind::Sglang.route(Dialect::Sglang), Route::Passthrough);
+        assert_eq!(Kind::Vllm.route(Dialect::OpenaiChat), Route::Passthrough);
+    }
+}

@@ -130,7 +130,7 @@ impl<E: Encoder> Driver<E> {
         if let Some((after, mode)) = self.fail {
             // A failure armed past the end still fires, in place of the terminator.
             if self.pos >= (after as usize).min(self.total) && (self.started || after == 0) {
-                return Some(self.fail_now(mode));
+                return Some(self.fail_now(mode).await);
             }
         }
         let mut out = Vec::with_capacity(256 * self.seqs.len().max(1));
@@ -193,7 +193,7 @@ impl<E: Encoder> Driver<E> {
         }
     }
 
-    fn fail_now(&mut self, mode: FailMode) -> Result<Bytes, std::io::Error> {
+    async fn fail_now(&mut self, mode: FailMode) -> Result<Bytes, std::io::Error> {
         if let Some(guard) = self.guard.take() {
             guard.fail();
         }
@@ -204,8 +204,13 @@ impl<E: Encoder> Driver<E> {
                     .error("mock: injected stream failure", &mut out);
                 Ok(out.into())
             }
-            // An error from the body makes hyper cut the connection without a terminator.
-            FailMode::Abort => Err(std::io::Error::other("mock: injected stream abort")),
+            FailMode::Abort => {
+                // Pending once so hyper flushes the headers and tokens it holds: a server that
+                // dies mid-stream has sent those. Then the error makes hyper cut the connection
+                // without the chunked terminator.
+                tokio::task::yield_now().await;
+                Err(std::io::Error::other("mock: injected stream abort"))
+            }
         }
     }
 }

@@ -1,5 +1,8 @@
 //! The mock server over real sockets: exact counts, wire shapes per kind, stream controls.
 
+// Helpers are test code too (clippy.toml allows unwrap in tests, but only sees #[test] fns).
+#![allow(clippy::unwrap_used)]
+
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;

@@ -12,24 +12,12 @@ use axum::body::Body;
 use axum::response::Response;
 use bytes::Bytes;
 use http::header::CONTENT_TYPE;
-use serde::Serialize;
 use tokio::time::Instant;
 
 use super::generate::Seq;
+use super::sse::Encoder;
 use super::state::{MockState, RequestGuard};
 use super::FailMode;
-
-/// Encodes a dialect's stream events; the driver decides when each is sent.
-pub(crate) trait Encoder: Send + 'static {
-    /// Events sent just before the first tokens (chat's role chunks).
-    fn open(&mut self, _seqs: &[Seq], _out: &mut Vec<u8>) {}
-    /// The event for tokens `from..to` of sequence `i` (`to == len` means it is the last one).
-    fn tokens(&mut self, seqs: &[Seq], i: usize, from: usize, to: usize, out: &mut Vec<u8>);
-    /// Usage events and the terminator, after every sequence finished.
-    fn close(&mut self, seqs: &[Seq], out: &mut Vec<u8>);
-    /// The in-band error event and the terminator.
-    fn error(&mut self, message: &str, out: &mut Vec<u8>);
-}
 
 /// A generation ready to be answered: its sequences, the usage it reports, its request guard.
 pub(crate) struct Generation {
@@ -37,19 +25,6 @@ pub(crate) struct Generation {
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
     pub guard: RequestGuard,
-}
-
-/// Appends one `data: {json}\n\n` event.
-pub(crate) fn sse_event<T: Serialize>(out: &mut Vec<u8>, value: &T) {
-    out.extend_from_slice(b"data: ");
-    if let Err(err) = serde_json::to_writer(&mut *out, value) {
-        tracing::error!(%err, "mock: cannot encode a stream event");
-    }
-    out.extend_from_slice(b"\n\n");
-}
-
-pub(crate) fn sse_done(out: &mut Vec<u8>) {
-    out.extend_from_slice(b"data: [DONE]\n\n");
 }
 
 /// Sleeps as long as the whole stream of `seqs` would take (non-streaming responses).
@@ -130,7 +105,7 @@ impl<E: Encoder> Driver<E> {
         if let Some((after, mode)) = self.fail {
             // A failure armed past the end still fires, in place of the terminator.
             if self.pos >= (after as usize).min(self.total) && (self.started || after == 0) {
-                return Some(self.fail_now(mode));
+                return Some(self.fail_now(mode).await);
             }
         }
         let mut out = Vec::with_capacity(256 * self.seqs.len().max(1));
@@ -193,7 +168,7 @@ impl<E: Encoder> Driver<E> {
         }
     }
 
-    fn fail_now(&mut self, mode: FailMode) -> Result<Bytes, std::io::Error> {
+    async fn fail_now(&mut self, mode: FailMode) -> Result<Bytes, std::io::Error> {
         if let Some(guard) = self.guard.take() {
             guard.fail();
         }
@@ -204,8 +179,13 @@ impl<E: Encoder> Driver<E> {
                     .error("mock: injected stream failure", &mut out);
                 Ok(out.into())
             }
-            // An error from the body makes hyper cut the connection without a terminator.
-            FailMode::Abort => Err(std::io::Error::other("mock: injected stream abort")),
+            FailMode::Abort => {
+                // Pending once so hyper flushes the headers and tokens it holds: a server that
+                // dies mid-stream has sent those. Then the error makes hyper cut the connection
+                // without the chunked terminator.
+                tokio::task::yield_now().await;
+                Err(std::io::Error::other("mock: injected stream abort"))
+            }
         }
     }
 }

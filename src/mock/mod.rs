@@ -1,12 +1,18 @@
 //! The simulated inference server (`lingo mock`): a deterministic stand-in for vLLM and SGLang.
 //!
-//! The mock speaks the servers' wire formats as the project's wire reference (`dialects.md`, sections 0-2) describes them and
-//! shares no code with lingo's own dialect modules, so a bug in lingo's encoders cannot hide
-//! behind the same bug in the mock. Output is a pure function of the prompt (see [`vocab`] and
-//! [`generate`]): tests can predict every token, and counts are exact.
+//! The mock speaks the servers' wire formats as the project's wire reference (`dialects.md`,
+//! sections 0-2 and 8) describes them, and shares no code with lingo's own dialect modules, so
+//! a bug in lingo's encoders cannot hide behind the same bug in the mock. Output is a pure
+//! function of the prompt (see `vocab`, `prompt` and `generate`): tests can predict every token,
+//! and counts are exact.
+//!
+//! Module map: `routes` (router, controls) -> `openai` / `sglang` (parse, validate, encode) ->
+//! `generate` (whole sequences up front) -> `driver` (timing, hold, injected failures) -> `sse`.
+//! `state` holds the counters; a `RequestGuard` dropped unfinished counts an abort.
 //!
 //! Known simplifications: one model, no LoRA, no tool calls or reasoning output, no prompt
-//! logprobs for `echo`, SGLang's extra prefix-caching request for `n > 1` is not simulated.
+//! logprobs for `echo`; SGLang's extra prefix-caching request for `n > 1`, per-request
+//! `stream_interval` and `/v1/models/{id}` are not simulated.
 
 mod driver;
 mod error;
@@ -15,6 +21,7 @@ mod openai;
 mod prompt;
 mod routes;
 mod sglang;
+mod sse;
 mod state;
 mod tokenize;
 mod vocab;

@@ -99,10 +99,13 @@ fn error_event() -> FailMode {
     FailMode::ErrorEvent
 }
 
-fn control_body<T: for<'de> Deserialize<'de>>(body: &Bytes) -> Result<T, Response> {
+/// Parses a control body; `Err` is the 400 to answer with.
+fn control_body<T: for<'de> Deserialize<'de>>(
+    body: &Bytes,
+) -> Result<T, (StatusCode, Json<Value>)> {
     serde_json::from_slice(body).map_err(|err| {
         let error = json!({"error": format!("invalid control body: {err}")});
-        (StatusCode::BAD_REQUEST, Json(error)).into_response()
+        (StatusCode::BAD_REQUEST, Json(error))
     })
 }
 
@@ -112,7 +115,7 @@ async fn hold(State(state): State<Arc<MockState>>, body: Bytes) -> Response {
             state.hold_after(b.after_tokens);
             Json(json!({})).into_response()
         }
-        Err(response) => response,
+        Err(bad) => bad.into_response(),
     }
 }
 
@@ -127,6 +130,6 @@ async fn fail_next_stream(State(state): State<Arc<MockState>>, body: Bytes) -> R
             state.fail_next_stream(b.after_tokens, b.mode);
             Json(json!({})).into_response()
         }
-        Err(response) => response,
+        Err(bad) => bad.into_response(),
     }
 }

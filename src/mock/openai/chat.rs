@@ -7,9 +7,9 @@ use serde::Serialize;
 
 use super::logprobs::{self, ChatLogprobs};
 use super::wire::{totals, Ctx, StopSlot, UsageSlot};
-use crate::mock::driver::{sse_done, sse_event, Encoder};
 use crate::mock::error::stream_error;
 use crate::mock::generate::Seq;
+use crate::mock::sse::{sse_done, sse_event, Encoder};
 use crate::mock::MockKind;
 
 #[derive(Serialize)]

@@ -9,10 +9,10 @@ use serde::{Serialize, Serializer};
 use tokio::time::Instant;
 
 use super::job::{Job, LogprobOpts};
-use crate::mock::driver::{sse_done, sse_event, Encoder};
 use crate::mock::error::{stream_error, ErrorShape};
 use crate::mock::generate::{logprob, top_alternatives, Finish, Seq};
 use crate::mock::prompt::Prompt;
+use crate::mock::sse::{sse_done, sse_event, Encoder};
 use crate::mock::vocab::{decode, EOS_ID};
 
 /// What the encoder needs of the request.

@@ -17,9 +17,10 @@ use bytes::Bytes;
 use http::header::CONTENT_TYPE;
 use tokio::time::Instant;
 
-use super::driver::{self, sse_done, sse_event, Generation};
+use super::driver::{self, Generation};
 use super::error::{stream_error, ApiError, ErrorShape};
 use super::generate::generate_all;
+use super::sse::{sse_done, sse_event};
 use super::state::MockState;
 use request::GenerateRequest;
 

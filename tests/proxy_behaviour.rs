@@ -395,6 +395,27 @@ async fn model_alias_is_rewritten_both_ways() {
 }
 
 #[tokio::test]
+async fn model_list_is_refreshed_when_the_upstream_says_not_found() {
+    let (mock, base) = vllm_pair().await;
+    // Warm lingo's view of the upstream's models, then let the upstream "switch models".
+    let r = client()
+        .post(format!("{base}/generate"))
+        .json(&generate(false, 2))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    mock.state.set_model("renamed-model");
+    let r = client()
+        .post(format!("{base}/generate"))
+        .json(&generate(false, 2))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+}
+
+#[tokio::test]
 async fn metrics_count_the_upstreams_tokens() {
     let (_mock, base) = vllm_pair().await;
     for stream in [false, true] {

@@ -64,8 +64,8 @@ pub fn router(state: Arc<MockState>) -> Router {
 async fn models(State(state): State<Arc<MockState>>) -> Json<Value> {
     let cfg = &state.config;
     let mut card = json!({
-        "id": cfg.model, "object": "model", "created": state.started,
-        "owned_by": cfg.kind.as_str(), "root": cfg.model, "parent": null,
+        "id": state.model(), "object": "model", "created": state.started,
+        "owned_by": cfg.kind.as_str(), "root": state.model(), "parent": null,
         "max_model_len": cfg.max_model_len,
     });
     if cfg.kind == MockKind::Vllm {

@@ -22,6 +22,8 @@ pub struct MockState {
     fail_next: Mutex<Option<(u32, FailMode)>>,
     /// Woken on every counter change, for [`MockState::wait_for`].
     changed: Notify,
+    /// The served model name; starts as `config.model`, tests may rename it.
+    served: std::sync::RwLock<String>,
 }
 
 #[derive(Default)]
@@ -41,14 +43,28 @@ impl MockState {
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
         Arc::new(MockState {
-            config,
             started,
             counters: Counters::default(),
             hold_at: AtomicU64::new(NO_HOLD),
             released: Notify::new(),
             fail_next: Mutex::new(None),
             changed: Notify::new(),
+            served: std::sync::RwLock::new(config.model.clone()),
+            config,
         })
+    }
+
+    /// The model name the mock serves now.
+    pub fn model(&self) -> String {
+        self.served.read().map(|m| m.clone()).unwrap_or_default()
+    }
+
+    /// Serve under another name from now on, as when an upstream restarts with another model
+    /// (lingo must notice through "model not found" and re-read `/v1/models`).
+    pub fn set_model(&self, name: &str) {
+        if let Ok(mut m) = self.served.write() {
+            *m = name.to_string();
+        }
     }
 
     /// A snapshot of the counters (each read separately: not atomic as a whole).

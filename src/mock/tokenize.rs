@@ -122,7 +122,7 @@ fn tokenized(state: &MockState, req: TokenizeRequest) -> Result<Value, ApiError>
 
 fn check_model(state: &MockState, model: Option<&str>) -> Result<(), ApiError> {
     match model {
-        Some(m) if state.config.kind == MockKind::Vllm && m != state.config.model => Err(
+        Some(m) if state.config.kind == MockKind::Vllm && m != state.model() => Err(
             ApiError::not_found(format!("The model `{m}` does not exist.")),
         ),
         _ => Ok(()),

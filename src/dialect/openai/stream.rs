@@ -25,6 +25,8 @@ struct ChoiceWire {
     delta: Option<DeltaWire>,
     finish_reason: Option<String>,
     stop_reason: Option<Value>,
+    /// SGLang's OpenAI routes name the matched stop this way.
+    matched_stop: Option<Value>,
     token_ids: Option<Vec<u32>>,
     logprobs: Option<Value>,
 }
@@ -97,7 +99,8 @@ impl Decoder {
             (true, None) => (String::new(), false),
             (false, _) => (c.text.unwrap_or_default(), false),
         };
-        let finish = finish_from_wire(c.finish_reason.as_deref(), c.stop_reason.as_ref());
+        let stop = c.stop_reason.as_ref().or(c.matched_stop.as_ref());
+        let finish = finish_from_wire(c.finish_reason.as_deref(), stop);
         if role && text.is_empty() && finish.is_none() && c.token_ids.is_none() {
             out.push(Event::Role { index: c.index });
             return;

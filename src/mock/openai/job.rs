@@ -82,12 +82,12 @@ fn prepare(
 ) -> Result<Job, ApiError> {
     let cfg = &state.config;
     let model = match (cfg.kind, common.model.as_deref()) {
-        (MockKind::Vllm, Some(m)) if m != cfg.model => {
+        (MockKind::Vllm, Some(m)) if m != state.model() => {
             return Err(ApiError::not_found(format!(
                 "The model `{m}` does not exist."
             )));
         }
-        (MockKind::Vllm, _) => cfg.model.clone(),
+        (MockKind::Vllm, _) => state.model(),
         (MockKind::Sglang, m) => m.unwrap_or("default").to_owned(),
     };
     let stream = common.stream.unwrap_or(false);

@@ -13,7 +13,7 @@ const VERSION: &str = "0.5.4";
 
 /// `GET /get_model_info` and `/model_info`; SGLang's own warm-up polls this until it is 200.
 pub(crate) async fn model_info(State(state): State<Arc<MockState>>) -> Json<Value> {
-    let model = &state.config.model;
+    let model = &state.model();
     Json(json!({
         "model_path": model,
         "tokenizer_path": model,
@@ -30,9 +30,9 @@ pub(crate) async fn model_info(State(state): State<Arc<MockState>>) -> Json<Valu
 pub(crate) async fn server_info(State(state): State<Arc<MockState>>) -> Json<Value> {
     let cfg = &state.config;
     Json(json!({
-        "model_path": cfg.model,
-        "tokenizer_path": cfg.model,
-        "served_model_name": cfg.model,
+        "model_path": state.model(),
+        "tokenizer_path": state.model(),
+        "served_model_name": state.model(),
         "context_length": cfg.max_model_len,
         "stream_interval": cfg.tokens_per_chunk.max(1),
         "incremental_streaming_output": false,

@@ -22,6 +22,8 @@ struct ChoiceWire {
     message: MessageWire,
     finish_reason: Option<String>,
     stop_reason: Option<Value>,
+    /// SGLang's OpenAI routes name the matched stop this way.
+    matched_stop: Option<Value>,
     logprobs: Option<Value>,
     token_ids: Option<Vec<u32>>,
 }
@@ -45,7 +47,10 @@ pub fn decode_response(body: &[u8]) -> Result<Response, ProxyError> {
         .map(|c| Choice {
             index: c.index,
             text: c.message.content.unwrap_or_default(),
-            finish: finish_from_wire(c.finish_reason.as_deref(), c.stop_reason.as_ref()),
+            finish: finish_from_wire(
+                c.finish_reason.as_deref(),
+                c.stop_reason.as_ref().or(c.matched_stop.as_ref()),
+            ),
             logprobs: c
                 .logprobs
                 .filter(|v| !v.is_null())

@@ -17,6 +17,8 @@ struct ChoiceWire {
     text: String,
     finish_reason: Option<String>,
     stop_reason: Option<Value>,
+    /// SGLang's OpenAI routes name the matched stop this way.
+    matched_stop: Option<Value>,
     logprobs: Option<LogprobsWire>,
     token_ids: Option<Vec<u32>>,
     prompt_token_ids: Option<Vec<u32>>,
@@ -40,7 +42,10 @@ pub fn decode_response(body: &[u8]) -> Result<Response, ProxyError> {
         .into_iter()
         .map(|c| Choice {
             index: c.index,
-            finish: finish_from_wire(c.finish_reason.as_deref(), c.stop_reason.as_ref()),
+            finish: finish_from_wire(
+                c.finish_reason.as_deref(),
+                c.stop_reason.as_ref().or(c.matched_stop.as_ref()),
+            ),
             logprobs: c
                 .logprobs
                 .map(|l| logprobs::from_wire(l, c.token_ids.as_deref())),

@@ -1,6 +1,8 @@
 //! End-to-end behaviour of the proxy beyond the happy path: streaming without buffering,
 //! client disconnects, errors in each client's dialect, auxiliary endpoints, aliases.
 
+#![allow(clippy::unwrap_used)] // a panic in a test is a failed test
+
 mod common;
 
 use std::time::Duration;

@@ -3,6 +3,8 @@
 //! answer (independently of lingo's own codecs). The text must equal what the mock gives
 //! for the same prompt when asked directly, and token counts must be the mock's.
 
+#![allow(clippy::unwrap_used)] // a panic in a test is a failed test
+
 mod common;
 
 use common::*;

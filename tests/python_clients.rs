@@ -3,6 +3,8 @@
 //! Without Python or the SDK the test is skipped, except under CI (`CI` set), where
 //! `.ci/run` installs them and a skip would hide a failure.
 
+#![allow(clippy::unwrap_used)] // a panic in a test is a failed test
+
 mod common;
 
 use std::process::Command;

@@ -4,6 +4,8 @@
 //! upstream response and the client response; upstream stream events and the client's
 //! stream events. Adding a case is adding a file.
 
+#![allow(clippy::unwrap_used)] // a panic in a test is a failed test
+
 use std::path::Path;
 
 use bytes::BytesMut;

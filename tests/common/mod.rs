@@ -1,6 +1,7 @@
 //! Test harness: a mock upstream and a lingo proxy, each on its own 127.0.0.1 port 0
 //! listener bound before the server task is spawned (so no readiness waits).
 
+#![allow(clippy::unwrap_used)] // a panic in a test is a failed test
 #![allow(dead_code)]
 
 use std::net::SocketAddr;

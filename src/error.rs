@@ -123,3 +123,20 @@ pub fn decode_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Pro
         ProxyError::invalid(field, e.into_inner().to_string())
     })
 }
+
+/// Decode an already-parsed JSON value found at `prefix`, naming the full field path on
+/// failure (for nested objects the outer decoder keeps untyped).
+pub fn decode_value_at<T: serde::de::DeserializeOwned>(
+    value: serde_json::Value,
+    prefix: &str,
+) -> Result<T, ProxyError> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        let field = if path == "." {
+            prefix.to_string()
+        } else {
+            format!("{prefix}.{path}")
+        };
+        ProxyError::invalid(field, e.into_inner().to_string())
+    })
+}

@@ -125,7 +125,10 @@ impl Config {
             .parse()
             .map_err(|e| invalid("upstream.url", format!("not a URL: {e}")))?;
         if url.scheme_str() != Some("http") {
-            return Err(invalid("upstream.url", "only http:// upstreams are supported"));
+            return Err(invalid(
+                "upstream.url",
+                "only http:// upstreams are supported",
+            ));
         }
         if url.host().is_none() {
             return Err(invalid("upstream.url", "has no host"));
@@ -160,7 +163,10 @@ mod tests {
     fn example_file_parses_and_validates() {
         let cfg = Config::load(Path::new("config/lingo.toml")).unwrap();
         cfg.validate().unwrap();
-        assert_eq!(cfg.models.get("qwen").map(String::as_str), Some("Qwen/Qwen3.6-27B"));
+        assert_eq!(
+            cfg.models.get("qwen").map(String::as_str),
+            Some("Qwen/Qwen3.6-27B")
+        );
     }
 
     #[test]
@@ -173,9 +179,17 @@ mod tests {
     fn validate_names_the_key() {
         let mut cfg = Config::default();
         cfg.upstream.url = "https://x".into();
-        assert!(cfg.validate().unwrap_err().to_string().contains("upstream.url"));
+        assert!(cfg
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("upstream.url"));
         let mut cfg = Config::default();
         cfg.timeouts.connect = Duration::ZERO;
-        assert!(cfg.validate().unwrap_err().to_string().contains("timeouts.connect"));
+        assert!(cfg
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("timeouts.connect"));
     }
 }

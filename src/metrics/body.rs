@@ -86,7 +86,11 @@ fn on_end(record: &mut RequestRecord, metrics: &Metrics, s: Summary) {
     record.ended = Some(Instant::now());
     record.prompt_tokens = s.prompt_tokens;
     // The upstream's count is authoritative; chunk counting only fills in when it is silent.
-    record.tokens = if s.estimated { record.tokens.max(s.completion_tokens) } else { s.completion_tokens };
+    record.tokens = if s.estimated {
+        record.tokens.max(s.completion_tokens)
+    } else {
+        s.completion_tokens
+    };
     record.estimated = s.estimated;
     record.finish = s.finish;
     record.upstream_wait += s.upstream_wait;
@@ -128,7 +132,10 @@ impl<S: Stream<Item = Emit>> Body for MeteredBody<S> {
                 Poll::Ready(None) => {
                     *this.done = true;
                     // A pipeline always ends with `End`; without one, trust the chunk count.
-                    let s = Summary { estimated: true, ..Summary::default() };
+                    let s = Summary {
+                        estimated: true,
+                        ..Summary::default()
+                    };
                     on_end(this.record, this.metrics, s);
                 }
             }

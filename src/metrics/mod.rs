@@ -42,7 +42,13 @@ fn counter(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterV
     c
 }
 
-fn histogram(r: &Registry, name: &str, help: &str, labels: &[&str], buckets: &[f64]) -> HistogramVec {
+fn histogram(
+    r: &Registry,
+    name: &str,
+    help: &str,
+    labels: &[&str],
+    buckets: &[f64],
+) -> HistogramVec {
     let opts = HistogramOpts::new(name, help).buckets(buckets.to_vec());
     let h = HistogramVec::new(opts, labels).expect("valid metric");
     r.register(Box::new(h.clone())).expect("unique metric");
@@ -60,7 +66,8 @@ impl Metrics {
         let r = Registry::new();
         let in_flight = IntGaugeVec::new(Opts::new(IN_FLIGHT.0, IN_FLIGHT.1), &["upstream"])
             .expect("valid metric");
-        r.register(Box::new(in_flight.clone())).expect("unique metric");
+        r.register(Box::new(in_flight.clone()))
+            .expect("unique metric");
         Metrics {
             requests: counter(&r, REQUESTS.0, REQUESTS.1, REQUEST_LABELS),
             prompt_tokens: counter(&r, PROMPT_TOKENS.0, PROMPT_TOKENS.1, MODEL_LABELS),
@@ -71,10 +78,22 @@ impl Metrics {
             itl: histogram(&r, ITL.0, ITL.1, MODEL_LABELS, ITL_BUCKETS),
             tpot: histogram(&r, TPOT.0, TPOT.1, MODEL_LABELS, ITL_BUCKETS),
             e2e: histogram(&r, E2E.0, E2E.1, MODEL_LABELS, E2E_BUCKETS),
-            prompt_hist: histogram(&r, PROMPT_HIST.0, PROMPT_HIST.1, MODEL_LABELS, TOKEN_BUCKETS),
+            prompt_hist: histogram(
+                &r,
+                PROMPT_HIST.0,
+                PROMPT_HIST.1,
+                MODEL_LABELS,
+                TOKEN_BUCKETS,
+            ),
             generation_hist: histogram(&r, GEN_HIST.0, GEN_HIST.1, MODEL_LABELS, TOKEN_BUCKETS),
             upstream_headers: histogram(&r, HEADERS.0, HEADERS.1, &["upstream"], TTFT_BUCKETS),
-            overhead: histogram(&r, OVERHEAD.0, OVERHEAD.1, &["dialect", "upstream"], OVERHEAD_BUCKETS),
+            overhead: histogram(
+                &r,
+                OVERHEAD.0,
+                OVERHEAD.1,
+                &["dialect", "upstream"],
+                OVERHEAD_BUCKETS,
+            ),
             in_flight,
             registry: r,
         }
@@ -100,19 +119,35 @@ impl Metrics {
         let model = [l.dialect, l.upstream.as_str(), l.model.as_str()];
         self.in_flight.with_label_values(&[&l.upstream]).dec();
         self.requests
-            .with_label_values(&[l.dialect, &l.upstream, &l.model, r.outcome.label(), r.finish_label()])
+            .with_label_values(&[
+                l.dialect,
+                &l.upstream,
+                &l.model,
+                r.outcome.label(),
+                r.finish_label(),
+            ])
             .inc();
         if let Some(kind) = r.error_kind {
-            self.errors.with_label_values(&[l.dialect, &l.upstream, kind]).inc();
+            self.errors
+                .with_label_values(&[l.dialect, &l.upstream, kind])
+                .inc();
         }
-        self.prompt_tokens.with_label_values(&model).inc_by(r.prompt_tokens);
-        self.generation_tokens.with_label_values(&model).inc_by(r.tokens);
+        self.prompt_tokens
+            .with_label_values(&model)
+            .inc_by(r.prompt_tokens);
+        self.generation_tokens
+            .with_label_values(&model)
+            .inc_by(r.tokens);
         if r.estimated {
             self.estimated_requests.with_label_values(&model).inc();
         }
         if r.outcome == Outcome::Ok {
-            self.prompt_hist.with_label_values(&model).observe(r.prompt_tokens as f64);
-            self.generation_hist.with_label_values(&model).observe(r.tokens as f64);
+            self.prompt_hist
+                .with_label_values(&model)
+                .observe(r.prompt_tokens as f64);
+            self.generation_hist
+                .with_label_values(&model)
+                .observe(r.tokens as f64);
             if let Some(e2e) = r.e2e() {
                 self.e2e.with_label_values(&model).observe(e2e);
             }
@@ -121,23 +156,31 @@ impl Metrics {
             }
         }
         if let Some(h) = r.upstream_headers {
-            self.upstream_headers.with_label_values(&[&l.upstream]).observe(h.as_secs_f64());
+            self.upstream_headers
+                .with_label_values(&[&l.upstream])
+                .observe(h.as_secs_f64());
         }
         if let Some(o) = r.overhead() {
-            self.overhead.with_label_values(&[l.dialect, &l.upstream]).observe(o);
+            self.overhead
+                .with_label_values(&[l.dialect, &l.upstream])
+                .observe(o);
         }
     }
 
     pub fn observe_ttft(&self, r: &RequestRecord, seconds: f64) {
         let l = &r.labels;
-        self.ttft.with_label_values(&[l.dialect, &l.upstream, &l.model]).observe(seconds);
+        self.ttft
+            .with_label_values(&[l.dialect, &l.upstream, &l.model])
+            .observe(seconds);
     }
 
     /// A chunk of `tokens` tokens arrived `gap` seconds after the previous one: `tokens`
     /// observations of `gap / tokens` (token-weighted, so multi-token chunks don't inflate ITL).
     pub fn observe_itl(&self, r: &RequestRecord, gap: f64, tokens: u32) {
         let l = &r.labels;
-        let h = self.itl.with_label_values(&[l.dialect, &l.upstream, &l.model]);
+        let h = self
+            .itl
+            .with_label_values(&[l.dialect, &l.upstream, &l.model]);
         let each = gap / f64::from(tokens.max(1));
         for _ in 0..tokens {
             h.observe(each);

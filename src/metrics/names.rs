@@ -1,19 +1,55 @@
 //! Every metric name, its help text and its buckets, in one place.
 
-pub const REQUESTS: (&str, &str) = ("lingo_requests_total", "Generation requests by outcome and finish reason.");
-pub const PROMPT_TOKENS: (&str, &str) = ("lingo_prompt_tokens_total", "Prompt tokens, from the upstream's own counts.");
-pub const GENERATION_TOKENS: (&str, &str) = ("lingo_generation_tokens_total", "Generated tokens, from the upstream's own counts where it gives them.");
-pub const ESTIMATED: (&str, &str) = ("lingo_estimated_token_requests_total", "Requests whose token counts were estimated (the upstream reported none).");
+pub const REQUESTS: (&str, &str) = (
+    "lingo_requests_total",
+    "Generation requests by outcome and finish reason.",
+);
+pub const PROMPT_TOKENS: (&str, &str) = (
+    "lingo_prompt_tokens_total",
+    "Prompt tokens, from the upstream's own counts.",
+);
+pub const GENERATION_TOKENS: (&str, &str) = (
+    "lingo_generation_tokens_total",
+    "Generated tokens, from the upstream's own counts where it gives them.",
+);
+pub const ESTIMATED: (&str, &str) = (
+    "lingo_estimated_token_requests_total",
+    "Requests whose token counts were estimated (the upstream reported none).",
+);
 pub const ERRORS: (&str, &str) = ("lingo_errors_total", "Failed requests by error kind.");
-pub const TTFT: (&str, &str) = ("lingo_time_to_first_token_seconds", "Time from receiving the request to the first chunk carrying a generated token.");
-pub const ITL: (&str, &str) = ("lingo_inter_token_latency_seconds", "Token-weighted inter-token latency: a chunk of k tokens after a gap g counts k gaps of g/k.");
-pub const TPOT: (&str, &str) = ("lingo_time_per_output_token_seconds", "Per request (e2e - ttft) / (tokens - 1), for requests with more than one token.");
-pub const E2E: (&str, &str) = ("lingo_e2e_request_latency_seconds", "Time from receiving the request to its last content chunk.");
+pub const TTFT: (&str, &str) = (
+    "lingo_time_to_first_token_seconds",
+    "Time from receiving the request to the first chunk carrying a generated token.",
+);
+pub const ITL: (&str, &str) = (
+    "lingo_inter_token_latency_seconds",
+    "Token-weighted inter-token latency: a chunk of k tokens after a gap g counts k gaps of g/k.",
+);
+pub const TPOT: (&str, &str) = (
+    "lingo_time_per_output_token_seconds",
+    "Per request (e2e - ttft) / (tokens - 1), for requests with more than one token.",
+);
+pub const E2E: (&str, &str) = (
+    "lingo_e2e_request_latency_seconds",
+    "Time from receiving the request to its last content chunk.",
+);
 pub const PROMPT_HIST: (&str, &str) = ("lingo_request_prompt_tokens", "Prompt tokens per request.");
-pub const GEN_HIST: (&str, &str) = ("lingo_request_generation_tokens", "Generated tokens per request.");
-pub const HEADERS: (&str, &str) = ("lingo_upstream_response_headers_seconds", "Time from sending a request upstream to its response headers.");
-pub const OVERHEAD: (&str, &str) = ("lingo_overhead_seconds", "Time spent inside lingo per request (total minus time waiting on the upstream).");
-pub const IN_FLIGHT: (&str, &str) = ("lingo_requests_in_flight", "Requests being served, per upstream.");
+pub const GEN_HIST: (&str, &str) = (
+    "lingo_request_generation_tokens",
+    "Generated tokens per request.",
+);
+pub const HEADERS: (&str, &str) = (
+    "lingo_upstream_response_headers_seconds",
+    "Time from sending a request upstream to its response headers.",
+);
+pub const OVERHEAD: (&str, &str) = (
+    "lingo_overhead_seconds",
+    "Time spent inside lingo per request (total minus time waiting on the upstream).",
+);
+pub const IN_FLIGHT: (&str, &str) = (
+    "lingo_requests_in_flight",
+    "Requests being served, per upstream.",
+);
 
 pub const MODEL_LABELS: &[&str] = &["dialect", "upstream", "model"];
 pub const REQUEST_LABELS: &[&str] = &["dialect", "upstream", "model", "outcome", "finish_reason"];
@@ -34,8 +70,8 @@ pub const E2E_BUCKETS: &[f64] = &[
     60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0,
 ];
 pub const TOKEN_BUCKETS: &[f64] = &[
-    1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0, 10000.0,
-    20000.0, 50000.0, 100000.0,
+    1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0, 10000.0, 20000.0,
+    50000.0, 100000.0,
 ];
 pub const OVERHEAD_BUCKETS: &[f64] = &[
     0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,

@@ -1,1 +1,133 @@
-//! The simulated inference server (`lingo mock`).
+//! The simulated inference server (`lingo mock`): a deterministic stand-in for vLLM and SGLang.
+//!
+//! The mock speaks the servers' wire formats as the project's wire reference (`dialects.md`, sections 0-2) describes them and
+//! shares no code with lingo's own dialect modules, so a bug in lingo's encoders cannot hide
+//! behind the same bug in the mock. Output is a pure function of the prompt (see [`vocab`] and
+//! [`generate`]): tests can predict every token, and counts are exact.
+//!
+//! Known simplifications: one model, no LoRA, no tool calls or reasoning output, no prompt
+//! logprobs for `echo`, SGLang's extra prefix-caching request for `n > 1` is not simulated.
+
+mod driver;
+mod error;
+mod generate;
+mod openai;
+mod prompt;
+mod routes;
+mod sglang;
+mod state;
+mod tokenize;
+mod vocab;
+
+use std::str::FromStr;
+use std::time::Duration;
+
+pub use routes::router;
+pub use state::MockState;
+
+/// Which server the mock imitates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MockKind {
+    Vllm,
+    Sglang,
+}
+
+impl MockKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MockKind::Vllm => "vllm",
+            MockKind::Sglang => "sglang",
+        }
+    }
+}
+
+impl FromStr for MockKind {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "vllm" => Ok(MockKind::Vllm),
+            "sglang" => Ok(MockKind::Sglang),
+            other => Err(format!(
+                "unknown mock kind `{other}` (expected vllm or sglang)"
+            )),
+        }
+    }
+}
+
+/// How the mock behaves; every field has a default suited to fast tests.
+#[derive(Debug, Clone)]
+pub struct MockConfig {
+    /// Server imitated. Default `Vllm`.
+    pub kind: MockKind,
+    /// Served model name. Default `"mock-model"`.
+    pub model: String,
+    /// Delay before the first token. Default 0 (no sleep at all).
+    pub ttft: Duration,
+    /// Delay per output token after the first chunk. Default 0.
+    pub itl: Duration,
+    /// Output tokens per stream chunk (0 is treated as 1). Default 1.
+    pub tokens_per_chunk: u32,
+    /// Context length: prompt plus output tokens. Default 32768.
+    pub max_model_len: u32,
+    /// Seeds the EOS position of every sequence. Default 0.
+    pub eos_seed: u64,
+    /// Every k-th generation request answers HTTP 500. Default `None`.
+    pub fail_every: Option<u32>,
+}
+
+impl Default for MockConfig {
+    fn default() -> Self {
+        MockConfig {
+            kind: MockKind::Vllm,
+            model: "mock-model".to_owned(),
+            ttft: Duration::ZERO,
+            itl: Duration::ZERO,
+            tokens_per_chunk: 1,
+            max_model_len: 32768,
+            eos_seed: 0,
+            fail_every: None,
+        }
+    }
+}
+
+/// How an armed stream failure shows up (see [`MockState::fail_next_stream`]); `error_event`
+/// or `abort` in the `/mock/fail_next_stream` body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailMode {
+    /// The server's in-band error event, then its stream terminator.
+    ErrorEvent,
+    /// The connection is dropped mid-stream, without a terminator.
+    Abort,
+}
+
+/// Counters over generation requests. Invariant once quiet:
+/// `requests == completed + aborted + failed + in_flight`.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize, serde::Deserialize, PartialEq, Eq)]
+pub struct MockStats {
+    /// Generation requests received (including rejected ones).
+    pub requests: u64,
+    /// Started and neither finished, failed nor dropped.
+    pub in_flight: u64,
+    /// Finished normally.
+    pub completed: u64,
+    /// The client went away before the response finished.
+    pub aborted: u64,
+    /// Answered with an error status, or failed mid-stream by `fail_next_stream`.
+    pub failed: u64,
+    /// Sum of the prompt tokens reported in usage of completed requests.
+    pub prompt_tokens: u64,
+    /// Sum of the completion tokens reported in usage of completed requests.
+    pub completion_tokens: u64,
+}
+
+/// Serves the mock on `listener` until the process ends.
+pub async fn serve(listener: tokio::net::TcpListener, config: MockConfig) -> std::io::Result<()> {
+    use axum::serve::ListenerExt;
+    // Streams are many small writes: without NODELAY, Nagle would distort the timings we simulate.
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
+    axum::serve(listener, router(MockState::new(config))).await
+}

@@ -22,14 +22,21 @@ pub struct Chunk {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
     /// The upstream named its response (id, model); carries no output.
-    Start { id: String, model: String },
+    Start {
+        id: String,
+        model: String,
+    },
     /// A chat stream's role-only opening: no output, and not the first token.
-    Role { index: u32 },
+    Role {
+        index: u32,
+    },
     Chunk(Chunk),
     /// Totals for the whole request.
     Usage(Usage),
     /// The upstream failed after the stream had started.
-    Error { message: String },
+    Error {
+        message: String,
+    },
     /// The upstream's end marker.
     Done,
 }

@@ -62,7 +62,10 @@ impl Tally {
     pub fn choice_tokens(&self, index: u32) -> u64 {
         self.per_choice
             .get(index as usize)
-            .map(|c| c.usage.map_or(c.counted, |u| u.completion_tokens.max(c.counted)))
+            .map(|c| {
+                c.usage
+                    .map_or(c.counted, |u| u.completion_tokens.max(c.counted))
+            })
             .unwrap_or(0)
     }
 
@@ -132,7 +135,17 @@ mod tests {
         assert_eq!(t.observe(&chunk(0, "a", None, Some((5, 2)))), 2);
         assert_eq!(t.observe(&chunk(0, "b", None, Some((5, 5)))), 3);
         assert_eq!(t.choice_tokens(0), 5);
-        assert_eq!(t.totals(), (Usage { prompt_tokens: 5, completion_tokens: 5, cached_tokens: None }, false));
+        assert_eq!(
+            t.totals(),
+            (
+                Usage {
+                    prompt_tokens: 5,
+                    completion_tokens: 5,
+                    cached_tokens: None
+                },
+                false
+            )
+        );
     }
 
     #[test]
@@ -150,7 +163,11 @@ mod tests {
     fn explicit_totals_win() {
         let mut t = Tally::default();
         t.observe(&chunk(0, "a", Some(3), None));
-        t.observe(&Event::Usage(Usage { prompt_tokens: 9, completion_tokens: 4, cached_tokens: Some(1) }));
+        t.observe(&Event::Usage(Usage {
+            prompt_tokens: 9,
+            completion_tokens: 4,
+            cached_tokens: Some(1),
+        }));
         assert_eq!(t.totals().0.completion_tokens, 4);
         assert_eq!(t.choice_tokens(0), 3);
     }

@@ -37,7 +37,12 @@ pub fn routes() -> Router<Arc<AppState>> {
 pub async fn not_found(uri: Uri) -> Response {
     let err = ProxyError::invalid("", format!("no route for {}", uri.path()));
     let body = Dialect::OpenaiCompletions.error_body(&err);
-    (StatusCode::NOT_FOUND, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+    (
+        StatusCode::NOT_FOUND,
+        [(header::CONTENT_TYPE, "application/json")],
+        body,
+    )
+        .into_response()
 }
 
 /// Forward a request to the same path upstream and relay status, type and body.
@@ -63,7 +68,12 @@ async fn forward(st: &AppState, method: Method, path: &str) -> Response {
 
 fn upstream_error(e: &ProxyError) -> Response {
     let body = Dialect::OpenaiCompletions.error_body(e);
-    (e.status(), [(header::CONTENT_TYPE, "application/json")], body).into_response()
+    (
+        e.status(),
+        [(header::CONTENT_TYPE, "application/json")],
+        body,
+    )
+        .into_response()
 }
 
 async fn kind(st: &AppState) -> Result<Kind, Response> {
@@ -142,7 +152,10 @@ async fn models(State(st): St) -> Response {
         return (status, body).into_response();
     };
     if let Some(data) = v.get_mut("data").and_then(Value::as_array_mut) {
-        let template = data.first().cloned().unwrap_or_else(|| json!({"object": "model"}));
+        let template = data
+            .first()
+            .cloned()
+            .unwrap_or_else(|| json!({"object": "model"}));
         for (alias, target) in st.models.aliases() {
             let mut card = template.clone();
             card["id"] = json!(alias);

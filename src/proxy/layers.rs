@@ -5,7 +5,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use axum::body::Body;
 use http::{HeaderName, HeaderValue, Request, Response, StatusCode};
 use tower_http::catch_panic::CatchPanicLayer;
-use tower_http::request_id::{MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer};
+use tower_http::request_id::{
+    MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer,
+};
 
 const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
@@ -26,7 +28,12 @@ impl MakeRequestId for MakeId {
 }
 
 pub fn request_id() -> SetRequestIdLayer<MakeId> {
-    SetRequestIdLayer::new(X_REQUEST_ID, MakeId { prefix: rand::random() })
+    SetRequestIdLayer::new(
+        X_REQUEST_ID,
+        MakeId {
+            prefix: rand::random(),
+        },
+    )
 }
 
 pub fn propagate_request_id() -> PropagateRequestIdLayer {
@@ -45,6 +52,9 @@ fn on_panic(_: Box<dyn std::any::Any + Send>) -> Response<Body> {
     let body = r#"{"error":{"message":"internal error in lingo","type":"InternalServerError","code":500}}"#;
     let mut resp = Response::new(Body::from(body));
     *resp.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
-    resp.headers_mut().insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    resp.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
     resp
 }

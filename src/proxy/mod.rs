@@ -24,13 +24,18 @@ pub fn app(config: Config) -> Router {
 }
 
 pub fn app_with_metrics(config: Config, metrics: Arc<Metrics>) -> Router {
-    let body_timeout = config.timeouts.client_body;
-    let state = Arc::new(AppState::new(config, metrics));
-    let gen = |d: Dialect| {
-        move |s, h, b| generate::handle(s, d, h, b)
-    };
+    router(Arc::new(AppState::new(config, metrics)))
+}
+
+/// The router over an existing state (so `serve` can warm the state up first).
+pub fn router(state: Arc<AppState>) -> Router {
+    let body_timeout = state.config.timeouts.client_body;
+    let gen = |d: Dialect| move |s, h, b| generate::handle(s, d, h, b);
     let routes = Router::new()
-        .route("/generate", post(gen(Dialect::Sglang)).put(gen(Dialect::Sglang)))
+        .route(
+            "/generate",
+            post(gen(Dialect::Sglang)).put(gen(Dialect::Sglang)),
+        )
         .route("/v1/completions", post(gen(Dialect::OpenaiCompletions)))
         .route("/v1/chat/completions", post(gen(Dialect::OpenaiChat)))
         .merge(aux::routes())
@@ -44,6 +49,21 @@ pub fn app_with_metrics(config: Config, metrics: Arc<Metrics>) -> Router {
             .layer(layers::request_id())
             .layer(layers::propagate_request_id())
             .layer(layers::catch_panic())
-            .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(body_timeout)),
+            .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
+                body_timeout,
+            )),
     )
+}
+
+/// Run the proxy on a bound listener until `shutdown` resolves.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    config: Config,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let state = Arc::new(AppState::new(config, Arc::new(Metrics::new())));
+    state.warm_up().await;
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown)
+        .await
 }

@@ -14,7 +14,12 @@ use crate::error::{ProxyError, Source};
 use crate::metrics::{Emit, Labels, MeteredBody, Outcome, RequestRecord, Summary};
 
 /// Open the record of one request (counts it in flight until its body ends or drops).
-pub fn record(st: &AppState, dialect: Dialect, model: Option<&str>, started: Instant) -> RequestRecord {
+pub fn record(
+    st: &AppState,
+    dialect: Dialect,
+    model: Option<&str>,
+    started: Instant,
+) -> RequestRecord {
     let labels = Labels {
         dialect: dialect.label(),
         upstream: st.upstream_name().to_string(),
@@ -47,10 +52,15 @@ pub fn full(
 ) -> Response {
     let tokens = u32::try_from(summary.completion_tokens).unwrap_or(u32::MAX);
     let pieces = vec![Emit::Data { bytes, tokens }, Emit::End(summary)];
-    let body = MeteredBody::new(futures_util::stream::iter(pieces), record, st.metrics.clone());
+    let body = MeteredBody::new(
+        futures_util::stream::iter(pieces),
+        record,
+        st.metrics.clone(),
+    );
     let mut resp = Response::new(Body::new(body));
     *resp.status_mut() = status;
-    resp.headers_mut().insert(header::CONTENT_TYPE, content_type);
+    resp.headers_mut()
+        .insert(header::CONTENT_TYPE, content_type);
     resp
 }
 

@@ -158,7 +158,11 @@ mod tests {
         let text = "data: {\"a\":1}\n\n:keep-alive\n\ndata:{\"b\":2}\r\n\r\ndata: [DONE]\n\n";
         for cut in 0..text.len() {
             let got = frames(Framing::Sse, &[&text[..cut], &text[cut..]]);
-            assert_eq!(got, vec!["{\"a\":1}", "{\"b\":2}", "[DONE]"], "cut at {cut}");
+            assert_eq!(
+                got,
+                vec!["{\"a\":1}", "{\"b\":2}", "[DONE]"],
+                "cut at {cut}"
+            );
         }
     }
 

@@ -89,7 +89,9 @@ impl State {
                     self.chunk(data, false);
                 }
             }
-            Some(Err(e)) => self.fail(ProxyError::UpstreamUnreachable(format!("stream broke: {e}"))),
+            Some(Err(e)) => self.fail(ProxyError::UpstreamUnreachable(format!(
+                "stream broke: {e}"
+            ))),
             None => self.chunk(Bytes::new(), true),
         }
     }
@@ -112,7 +114,10 @@ impl State {
                 break;
             }
             if let Some(message) = self.upstream_error() {
-                failure = Some(ProxyError::UpstreamStatus { status: 500, message });
+                failure = Some(ProxyError::UpstreamStatus {
+                    status: 500,
+                    message,
+                });
                 break;
             }
             tokens += self.account();

@@ -119,8 +119,11 @@ fn classify(uri: &str, e: hyper_util::client::legacy::Error) -> ProxyError {
 
 /// The client headers worth forwarding upstream: credentials and the request id.
 pub fn forward_headers(headers: &HeaderMap) -> Vec<(HeaderName, HeaderValue)> {
-    [header::AUTHORIZATION, HeaderName::from_static("x-request-id")]
-        .into_iter()
-        .filter_map(|k| headers.get(&k).cloned().map(|v| (k, v)))
-        .collect()
+    [
+        header::AUTHORIZATION,
+        HeaderName::from_static("x-request-id"),
+    ]
+    .into_iter()
+    .filter_map(|k| headers.get(&k).cloned().map(|v| (k, v)))
+    .collect()
 }

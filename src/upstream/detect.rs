@@ -25,7 +25,9 @@ pub async fn list_models(client: &Client) -> Option<Vec<ModelCard>> {
         return None;
     }
     let body = resp.bytes().await.ok()?;
-    serde_json::from_slice::<ModelList>(&body).ok().map(|l| l.data)
+    serde_json::from_slice::<ModelList>(&body)
+        .ok()
+        .map(|l| l.data)
 }
 
 /// Probe the upstream: SGLang answers `/get_model_info`; vLLM lists models `owned_by: vllm`.
@@ -37,7 +39,10 @@ pub async fn detect_kind(client: &Client) -> Option<(Kind, String)> {
         }
     }
     let models = list_models(client).await?;
-    let owner = models.first().and_then(|m| m.owned_by.clone()).unwrap_or_default();
+    let owner = models
+        .first()
+        .and_then(|m| m.owned_by.clone())
+        .unwrap_or_default();
     let why = format!("GET /v1/models says owned_by {owner:?}");
     Some(match owner.as_str() {
         "sglang" => (Kind::Sglang, why),

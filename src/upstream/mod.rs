@@ -28,7 +28,9 @@ impl std::str::FromStr for KindSetting {
             "auto" => Ok(KindSetting::Auto),
             "vllm" => Ok(KindSetting::Vllm),
             "sglang" => Ok(KindSetting::Sglang),
-            other => Err(format!("unknown upstream kind `{other}` (auto, vllm, sglang)")),
+            other => Err(format!(
+                "unknown upstream kind `{other}` (auto, vllm, sglang)"
+            )),
         }
     }
 }

@@ -72,7 +72,10 @@ impl Models {
     }
 
     pub fn cards(&self) -> Vec<ModelCard> {
-        self.discovered.read().map(|d| d.clone()).unwrap_or_default()
+        self.discovered
+            .read()
+            .map(|d| d.clone())
+            .unwrap_or_default()
     }
 
     /// Every model name metrics may use as a label: aliases, targets, configured, discovered.

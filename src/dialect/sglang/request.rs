@@ -5,7 +5,7 @@ use serde_json::{json, Map, Value};
 
 use super::DEFAULT_MAX_NEW_TOKENS;
 use crate::dialect::openai::wire::OneOrMany;
-use crate::error::{decode_json, ProxyError};
+use crate::error::{decode_json, decode_value_at, ProxyError};
 use crate::model::{Prompt, Request, Sampling};
 
 #[derive(Debug, Deserialize)]
@@ -20,13 +20,6 @@ enum TextWire {
 enum IdsWire {
     One(Vec<u32>),
     Batch(Vec<Vec<u32>>),
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-enum ParamsWire {
-    One(Box<SamplingParams>),
-    PerPrompt(Vec<SamplingParams>),
 }
 
 /// SGLang's `SamplingParams`; unknown keys are an error there, so here too.
@@ -73,7 +66,7 @@ struct GenerateRequest {
     text: Option<TextWire>,
     input_ids: Option<IdsWire>,
     input_embeds: Option<Value>,
-    sampling_params: Option<ParamsWire>,
+    sampling_params: Option<Value>,
     #[serde(default)]
     stream: bool,
     rid: Option<Value>,
@@ -112,14 +105,32 @@ pub fn field_name(canonical: &str) -> String {
 fn refuse_unsupported(w: &GenerateRequest) -> Result<(), ProxyError> {
     let set = [
         ("input_embeds", w.input_embeds.is_some()),
-        ("image_data", w.image_data.as_ref().is_some_and(|v| !v.is_null())),
-        ("video_data", w.video_data.as_ref().is_some_and(|v| !v.is_null())),
-        ("audio_data", w.audio_data.as_ref().is_some_and(|v| !v.is_null())),
-        ("session_params", w.session_params.as_ref().is_some_and(|v| !v.is_null())),
+        (
+            "image_data",
+            w.image_data.as_ref().is_some_and(|v| !v.is_null()),
+        ),
+        (
+            "video_data",
+            w.video_data.as_ref().is_some_and(|v| !v.is_null()),
+        ),
+        (
+            "audio_data",
+            w.audio_data.as_ref().is_some_and(|v| !v.is_null()),
+        ),
+        (
+            "session_params",
+            w.session_params.as_ref().is_some_and(|v| !v.is_null()),
+        ),
         ("custom_logit_processor", w.custom_logit_processor.is_some()),
         ("return_hidden_states", w.return_hidden_states),
-        ("token_ids_logprob", w.token_ids_logprob.as_ref().is_some_and(|v| !v.is_null())),
-        ("logprob_start_len", w.return_logprob && w.logprob_start_len.is_some_and(|v| v >= 0)),
+        (
+            "token_ids_logprob",
+            w.token_ids_logprob.as_ref().is_some_and(|v| !v.is_null()),
+        ),
+        (
+            "logprob_start_len",
+            w.return_logprob && w.logprob_start_len.is_some_and(|v| v >= 0),
+        ),
         ("rid", w.rid.as_ref().is_some_and(Value::is_array)),
     ];
     match set.iter().find(|(_, on)| *on) {
@@ -136,21 +147,35 @@ pub fn decode(body: &[u8]) -> Result<Request, ProxyError> {
     refuse_unsupported(&w)?;
     let (prompt, batched) = match (&w.text, &w.input_ids) {
         (Some(_), Some(_)) => {
-            return Err(ProxyError::invalid("text", "send either text or input_ids, not both"))
+            return Err(ProxyError::invalid(
+                "text",
+                "send either text or input_ids, not both",
+            ))
         }
         (Some(TextWire::One(t)), None) => (Prompt::Text(vec![t.clone()]), false),
         (Some(TextWire::Batch(t)), None) => (Prompt::Text(t.clone()), true),
         (None, Some(IdsWire::One(ids))) => (Prompt::Tokens(vec![ids.clone()]), false),
         (None, Some(IdsWire::Batch(ids))) => (Prompt::Tokens(ids.clone()), true),
-        (None, None) => return Err(ProxyError::invalid("text", "either text or input_ids is required")),
+        (None, None) => {
+            return Err(ProxyError::invalid(
+                "text",
+                "either text or input_ids is required",
+            ))
+        }
     };
     if prompt.is_empty() || matches!(&prompt, Prompt::Tokens(t) if t.iter().any(Vec::is_empty)) {
         return Err(ProxyError::invalid("input_ids", "must not be empty"));
     }
     let params = match w.sampling_params {
-        None => SamplingParams::default(),
-        Some(ParamsWire::One(p)) => *p,
-        Some(ParamsWire::PerPrompt(mut list)) => {
+        None | Some(Value::Null) => SamplingParams::default(),
+        Some(Value::Array(items)) => {
+            let mut list = Vec::with_capacity(items.len());
+            for (i, item) in items.into_iter().enumerate() {
+                list.push(decode_value_at::<SamplingParams>(
+                    item,
+                    &format!("sampling_params[{i}]"),
+                )?);
+            }
             let first = list.pop().unwrap_or_default();
             if list.iter().any(|p| *p != first) {
                 return Err(ProxyError::unsupported(
@@ -160,6 +185,7 @@ pub fn decode(body: &[u8]) -> Result<Request, ProxyError> {
             }
             first
         }
+        Some(v) => decode_value_at(v, "sampling_params")?,
     };
     let mut req = Request::new(prompt);
     req.batched = batched;
@@ -186,7 +212,10 @@ fn sampling(p: SamplingParams) -> Result<Sampling, ProxyError> {
     };
     refuse("structural_tag", p.structural_tag.is_some())?;
     refuse("custom_params", p.custom_params.is_some())?;
-    refuse("stream_interval", p.stream_interval.is_some_and(|v| !v.is_null()))?;
+    refuse(
+        "stream_interval",
+        p.stream_interval.is_some_and(|v| !v.is_null()),
+    )?;
     let max_tokens = match p.max_new_tokens {
         None => DEFAULT_MAX_NEW_TOKENS,
         Some(Some(v)) => v,
@@ -200,7 +229,10 @@ fn sampling(p: SamplingParams) -> Result<Sampling, ProxyError> {
     let json_schema = match p.json_schema {
         None => None,
         Some(s) => Some(serde_json::from_str(&s).map_err(|e| {
-            ProxyError::invalid("sampling_params.json_schema", format!("not valid JSON: {e}"))
+            ProxyError::invalid(
+                "sampling_params.json_schema",
+                format!("not valid JSON: {e}"),
+            )
         })?),
     };
     Ok(Sampling {
@@ -244,7 +276,10 @@ pub fn encode(req: &Request) -> Result<Vec<u8>, ProxyError> {
             ))
         }
     };
-    m.insert("sampling_params".into(), Value::Object(sampling_json(&req.sampling)));
+    m.insert(
+        "sampling_params".into(),
+        Value::Object(sampling_json(&req.sampling)),
+    );
     m.insert("stream".into(), json!(req.stream));
     if let Some(id) = &req.request_id {
         m.insert("rid".into(), json!(id));
@@ -271,15 +306,30 @@ fn sampling_json(s: &Sampling) -> Map<String, Value> {
         ("presence_penalty", s.presence_penalty.map(|v| json!(v))),
         ("repetition_penalty", s.repetition_penalty.map(|v| json!(v))),
         ("sampling_seed", s.seed.map(|v| json!(v))),
-        ("skip_special_tokens", s.skip_special_tokens.map(|v| json!(v))),
-        ("spaces_between_special_tokens", s.spaces_between_special_tokens.map(|v| json!(v))),
-        ("json_schema", s.json_schema.as_ref().map(|v| json!(v.to_string()))),
+        (
+            "skip_special_tokens",
+            s.skip_special_tokens.map(|v| json!(v)),
+        ),
+        (
+            "spaces_between_special_tokens",
+            s.spaces_between_special_tokens.map(|v| json!(v)),
+        ),
+        (
+            "json_schema",
+            s.json_schema.as_ref().map(|v| json!(v.to_string())),
+        ),
         ("regex", s.regex.as_ref().map(|v| json!(v))),
         ("ebnf", s.ebnf.as_ref().map(|v| json!(v))),
         ("logit_bias", s.logit_bias.clone().map(Value::Object)),
         ("stop", (!s.stop.is_empty()).then(|| json!(s.stop))),
-        ("stop_token_ids", (!s.stop_token_ids.is_empty()).then(|| json!(s.stop_token_ids))),
-        ("stop_regex", (!s.stop_regex.is_empty()).then(|| json!(s.stop_regex))),
+        (
+            "stop_token_ids",
+            (!s.stop_token_ids.is_empty()).then(|| json!(s.stop_token_ids)),
+        ),
+        (
+            "stop_regex",
+            (!s.stop_regex.is_empty()).then(|| json!(s.stop_regex)),
+        ),
         ("ignore_eos", s.ignore_eos.then(|| json!(true))),
         ("no_stop_trim", s.include_stop.then(|| json!(true))),
         ("n", (s.n != 1).then(|| json!(s.n))),

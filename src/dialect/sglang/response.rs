@@ -31,7 +31,10 @@ pub fn finish_from_json(v: &Value) -> Option<Finish> {
         },
         "length" => Finish::Length,
         "abort" => Finish::Abort(
-            v.get("message").and_then(Value::as_str).unwrap_or_default().to_string(),
+            v.get("message")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string(),
         ),
         _ => Finish::Stop,
     })
@@ -48,15 +51,22 @@ pub fn meta_info(ctx: &Ctx, c: &Choice, usage: Usage, finished: bool) -> Map<Str
     );
     m.insert("prompt_tokens".into(), json!(usage.prompt_tokens));
     m.insert("completion_tokens".into(), json!(usage.completion_tokens));
-    m.insert("cached_tokens".into(), json!(usage.cached_tokens.unwrap_or(0)));
+    m.insert(
+        "cached_tokens".into(),
+        json!(usage.cached_tokens.unwrap_or(0)),
+    );
     if ctx.logprobs.is_some() {
-        let (tokens, tops) = logprobs::to_meta(c.logprobs.as_deref().unwrap_or(&[]), ctx.logprob_text);
+        let (tokens, tops) =
+            logprobs::to_meta(c.logprobs.as_deref().unwrap_or(&[]), ctx.logprob_text);
         m.insert("input_token_logprobs".into(), json!([]));
         m.insert("output_token_logprobs".into(), tokens);
         m.insert("output_top_logprobs".into(), tops);
     }
     if finished {
-        m.insert("e2e_latency".into(), json!(ctx.started.elapsed().as_secs_f64()));
+        m.insert(
+            "e2e_latency".into(),
+            json!(ctx.started.elapsed().as_secs_f64()),
+        );
     }
     m
 }
@@ -76,7 +86,10 @@ fn choice_json(ctx: &Ctx, c: &Choice, usage: Usage) -> Value {
     if let Some(ids) = &c.token_ids {
         v.insert("output_ids".into(), json!(ids));
     }
-    v.insert("meta_info".into(), Value::Object(meta_info(ctx, c, usage, true)));
+    v.insert(
+        "meta_info".into(),
+        Value::Object(meta_info(ctx, c, usage, true)),
+    );
     Value::Object(v)
 }
 
@@ -159,8 +172,15 @@ pub fn decode(body: &[u8]) -> Result<Response, ProxyError> {
         BodyWire::One(i) => vec![*i],
         BodyWire::Many(v) => v,
     };
-    let id = items.first().map(|i| i.meta_info.id.clone()).unwrap_or_default();
-    let choices = items.into_iter().enumerate().map(|(i, it)| item_choice(i, it)).collect();
+    let id = items
+        .first()
+        .map(|i| i.meta_info.id.clone())
+        .unwrap_or_default();
+    let choices = items
+        .into_iter()
+        .enumerate()
+        .map(|(i, it)| item_choice(i, it))
+        .collect();
     Ok(Response {
         id,
         model: String::new(),

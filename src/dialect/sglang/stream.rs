@@ -56,10 +56,14 @@ impl Encoder {
         st.index = c.index;
         st.text.push_str(&c.text);
         if let Some(ids) = &c.token_ids {
-            st.token_ids.get_or_insert_with(Vec::new).extend_from_slice(ids);
+            st.token_ids
+                .get_or_insert_with(Vec::new)
+                .extend_from_slice(ids);
         }
         if let Some(lps) = &c.logprobs {
-            st.logprobs.get_or_insert_with(Vec::new).extend_from_slice(lps);
+            st.logprobs
+                .get_or_insert_with(Vec::new)
+                .extend_from_slice(lps);
         }
         if c.finish.is_some() {
             st.finish = c.finish.clone();
@@ -161,7 +165,9 @@ impl Decoder {
             new
         });
         let meta = w.meta_info;
-        let tokens = meta.as_ref().map(|m| m.completion_tokens.saturating_sub(seen.tokens));
+        let tokens = meta
+            .as_ref()
+            .map(|m| m.completion_tokens.saturating_sub(seen.tokens));
         if let Some(m) = &meta {
             seen.tokens = seen.tokens.max(m.completion_tokens);
         }
@@ -170,7 +176,10 @@ impl Decoder {
             text,
             token_ids: ids,
             tokens: tokens.map(|t| t as u32),
-            finish: meta.as_ref().and_then(|m| m.finish_reason.as_ref()).and_then(finish_from_json),
+            finish: meta
+                .as_ref()
+                .and_then(|m| m.finish_reason.as_ref())
+                .and_then(finish_from_json),
             logprobs: None,
             usage: meta.map(|m| Usage {
                 prompt_tokens: m.prompt_tokens,

@@ -32,7 +32,9 @@ pub async fn handle(
 ) -> Response {
     let peek: Peek = match decode_json(&body) {
         Ok(p) => p,
-        Err(e) => return respond::error(st, respond::record(st, dialect, None, started), dialect, &e),
+        Err(e) => {
+            return respond::error(st, respond::record(st, dialect, None, started), dialect, &e)
+        }
     };
     let alias = peek.model.as_deref().filter(|m| st.models.is_alias(m));
     let label_model = match &peek.model {
@@ -62,7 +64,13 @@ pub async fn handle(
             Some(a) => Output::RewriteModel(a),
             None => Output::Raw,
         };
-        let s = pipeline(resp.body, dialect.framing(), dialect.stream_decoder(), output, sent.elapsed());
+        let s = pipeline(
+            resp.body,
+            dialect.framing(),
+            dialect.stream_decoder(),
+            output,
+            sent.elapsed(),
+        );
         return respond::stream(st, rec, content_type, s);
     }
     let status = resp.status;
@@ -97,7 +105,11 @@ fn summarize(dialect: Dialect, status: StatusCode, bytes: &[u8], sent: Instant) 
         let usage = resp.usage.unwrap_or_default();
         s.prompt_tokens = usage.prompt_tokens;
         s.completion_tokens = usage.completion_tokens;
-        s.finish = resp.choices.first().and_then(|c| c.finish.as_ref()).map(|f| f.label());
+        s.finish = resp
+            .choices
+            .first()
+            .and_then(|c| c.finish.as_ref())
+            .map(|f| f.label());
     }
     s
 }

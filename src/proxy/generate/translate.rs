@@ -26,11 +26,15 @@ pub async fn handle(
 ) -> Response {
     let mut req = match client.decode_request(&body) {
         Ok(r) => r,
-        Err(e) => return respond::error(st, respond::record(st, client, None, started), client, &e),
+        Err(e) => {
+            return respond::error(st, respond::record(st, client, None, started), client, &e)
+        }
     };
     let (resolved, from_discovery) = match resolve_model(st, &req).await {
         Ok(m) => m,
-        Err(e) => return respond::error(st, respond::record(st, client, None, started), client, &e),
+        Err(e) => {
+            return respond::error(st, respond::record(st, client, None, started), client, &e)
+        }
     };
     let shown = req.model.clone().unwrap_or_else(|| resolved.clone());
     let rec = respond::record(st, client, Some(&shown), started);
@@ -46,7 +50,13 @@ pub async fn handle(
     rec.upstream_headers = Some(sent.elapsed());
     if req.stream {
         let enc = client.stream_encoder(ctx);
-        let s = pipeline(resp.body, target.framing(), target.stream_decoder(), Output::Encode(enc), sent.elapsed());
+        let s = pipeline(
+            resp.body,
+            target.framing(),
+            target.stream_decoder(),
+            Output::Encode(enc),
+            sent.elapsed(),
+        );
         let ct = HeaderValue::from_static(client.stream_content_type());
         return respond::stream(st, rec, ct, s);
     }
@@ -86,7 +96,10 @@ async fn send(
     let mut retried = false;
     loop {
         let body = target.encode_request(req).map_err(|e| rename(client, e))?;
-        let resp = st.client.post_json(target.path(), Bytes::from(body), fwd).await?;
+        let resp = st
+            .client
+            .post_json(target.path(), Bytes::from(body), fwd)
+            .await?;
         if resp.status.is_success() {
             return Ok(resp);
         }
@@ -135,10 +148,21 @@ async fn whole(
     let summary = Summary {
         prompt_tokens: usage.prompt_tokens,
         completion_tokens: usage.completion_tokens,
-        finish: out.choices.first().and_then(|c| c.finish.as_ref()).map(|f| f.label()),
+        finish: out
+            .choices
+            .first()
+            .and_then(|c| c.finish.as_ref())
+            .map(|f| f.label()),
         upstream_wait: sent.elapsed(),
         ..Summary::default()
     };
     let bytes = Bytes::from(client.encode_response(&out, ctx));
-    respond::full(st, rec, http::StatusCode::OK, respond::json(), bytes, summary)
+    respond::full(
+        st,
+        rec,
+        http::StatusCode::OK,
+        respond::json(),
+        bytes,
+        summary,
+    )
 }

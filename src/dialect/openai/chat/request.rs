@@ -47,7 +47,10 @@ pub fn decode_request(body: &[u8]) -> Result<Request, ProxyError> {
     let mut messages = Vec::with_capacity(w.messages.len());
     for (i, m) in w.messages.into_iter().enumerate() {
         let role = Role::parse(&m.role).ok_or_else(|| {
-            ProxyError::invalid(format!("messages[{i}].role"), format!("unknown role `{}`", m.role))
+            ProxyError::invalid(
+                format!("messages[{i}].role"),
+                format!("unknown role `{}`", m.role),
+            )
         })?;
         messages.push(Message {
             role,

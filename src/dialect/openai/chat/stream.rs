@@ -33,7 +33,8 @@ impl StreamEncoder {
         if !self.opened[i] {
             self.opened[i] = true;
             let delta = json!({"role": "assistant", "content": ""});
-            let choice = json!({"index": index, "delta": delta, "logprobs": null, "finish_reason": null});
+            let choice =
+                json!({"index": index, "delta": delta, "logprobs": null, "finish_reason": null});
             self.chunk(choice, out);
         }
     }
@@ -53,7 +54,11 @@ impl StreamEncoder {
                         _ => Value::Null,
                     };
                     let (finish, stop) = finish_to_wire(c.finish.as_ref());
-                    let delta = if c.text.is_empty() { json!({}) } else { json!({"content": c.text}) };
+                    let delta = if c.text.is_empty() {
+                        json!({})
+                    } else {
+                        json!({"content": c.text})
+                    };
                     let choice = json!({"index": c.index, "delta": delta, "logprobs": lp,
                                         "finish_reason": finish, "stop_reason": stop});
                     self.chunk(choice, out);

@@ -23,7 +23,12 @@ pub fn from_wire(w: LogprobsWire, ids: Option<&[u32]>) -> Vec<TokenLogprob> {
         .enumerate()
         .map(|(i, token)| TokenLogprob {
             token_id: ids.and_then(|ids| ids.get(i).copied()),
-            logprob: w.token_logprobs.get(i).copied().flatten().unwrap_or(-9999.0),
+            logprob: w
+                .token_logprobs
+                .get(i)
+                .copied()
+                .flatten()
+                .unwrap_or(-9999.0),
             top: tops
                 .get(i)
                 .and_then(|t| t.as_ref())

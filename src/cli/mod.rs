@@ -1,0 +1,47 @@
+//! The command line: one binary, one subcommand per job. Every flag can also come from a
+//! `LINGO_*` environment variable (command line wins), and `serve` layers both over
+//! `--config`.
+
+mod serve;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "lingo",
+    version,
+    about = "LLM-serving compatibility proxy, load driver and mock server"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the proxy: accept every client dialect, translate to the upstream's.
+    Serve(serve::ServeArgs),
+}
+
+pub async fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Serve(args) => serve::run(args).await,
+    }
+}
+
+/// Resolve on Ctrl-C or SIGTERM, for graceful shutdown.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        if let Ok(mut s) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        {
+            s.recv().await;
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! { _ = ctrl_c => {}, _ = term => {} }
+}

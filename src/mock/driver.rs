@@ -1,0 +1,211 @@
+//! Plays generated sequences out over time: an incremental SSE body, or one delayed response.
+//!
+//! Timing: the first chunk goes out `ttft` after the request, each later chunk of `t` tokens
+//! `t * itl` after the previous one (deadline-based, so encoding time does not add drift). With
+//! both delays zero the driver never touches the clock. Chunks of all sequences of a request
+//! advance together, one step of `tokens_per_chunk` tokens at a time, as a batch decodes.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::response::Response;
+use bytes::Bytes;
+use http::header::CONTENT_TYPE;
+use serde::Serialize;
+use tokio::time::Instant;
+
+use super::generate::Seq;
+use super::state::{MockState, RequestGuard};
+use super::FailMode;
+
+/// Encodes a dialect's stream events; the driver decides when each is sent.
+pub(crate) trait Encoder: Send + 'static {
+    /// Events sent just before the first tokens (chat's role chunks).
+    fn open(&mut self, _seqs: &[Seq], _out: &mut Vec<u8>) {}
+    /// The event for tokens `from..to` of sequence `i` (`to == len` means it is the last one).
+    fn tokens(&mut self, seqs: &[Seq], i: usize, from: usize, to: usize, out: &mut Vec<u8>);
+    /// Usage events and the terminator, after every sequence finished.
+    fn close(&mut self, seqs: &[Seq], out: &mut Vec<u8>);
+    /// The in-band error event and the terminator.
+    fn error(&mut self, message: &str, out: &mut Vec<u8>);
+}
+
+/// A generation ready to be answered: its sequences, the usage it reports, its request guard.
+pub(crate) struct Generation {
+    pub seqs: Vec<Seq>,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub guard: RequestGuard,
+}
+
+/// Appends one `data: {json}\n\n` event.
+pub(crate) fn sse_event<T: Serialize>(out: &mut Vec<u8>, value: &T) {
+    out.extend_from_slice(b"data: ");
+    if let Err(err) = serde_json::to_writer(&mut *out, value) {
+        tracing::error!(%err, "mock: cannot encode a stream event");
+    }
+    out.extend_from_slice(b"\n\n");
+}
+
+pub(crate) fn sse_done(out: &mut Vec<u8>) {
+    out.extend_from_slice(b"data: [DONE]\n\n");
+}
+
+/// Sleeps as long as the whole stream of `seqs` would take (non-streaming responses).
+pub(crate) async fn pace_whole(state: &MockState, seqs: &[Seq]) {
+    let cfg = &state.config;
+    let total = seqs.iter().map(Seq::len).max().unwrap_or(0);
+    let first = total.min(chunk_size(state));
+    let delay = cfg.ttft + cfg.itl * u32::try_from(total - first).unwrap_or(u32::MAX);
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
+}
+
+fn chunk_size(state: &MockState) -> usize {
+    state.config.tokens_per_chunk.max(1) as usize
+}
+
+/// An SSE response that plays `generation` out through `encoder`.
+pub(crate) fn stream<E: Encoder>(
+    state: Arc<MockState>,
+    generation: Generation,
+    encoder: E,
+) -> Response {
+    let paced = !(state.config.ttft.is_zero() && state.config.itl.is_zero());
+    let driver = Driver {
+        fail: state.take_stream_failure(),
+        total: generation.seqs.iter().map(Seq::len).max().unwrap_or(0),
+        chunk: chunk_size(&state),
+        deadline: paced.then(Instant::now),
+        usage: (generation.prompt_tokens, generation.completion_tokens),
+        guard: Some(generation.guard),
+        seqs: generation.seqs,
+        encoder,
+        state,
+        pos: 0,
+        started: false,
+    };
+    let frames = futures_util::stream::unfold(driver, |mut driver| async move {
+        let frame = driver.next_frame().await?;
+        Some((frame, driver))
+    });
+    let mut response = Response::new(Body::from_stream(frames));
+    response.headers_mut().insert(
+        CONTENT_TYPE,
+        http::HeaderValue::from_static("text/event-stream"),
+    );
+    response
+}
+
+/// The stream's state. Dropping it unfinished (the client went away) drops the guard, which
+/// counts the request as aborted.
+struct Driver<E> {
+    state: Arc<MockState>,
+    seqs: Vec<Seq>,
+    encoder: E,
+    usage: (u64, u64),
+    guard: Option<RequestGuard>,
+    fail: Option<(u32, FailMode)>,
+    /// Tokens sent per sequence so far.
+    pos: usize,
+    /// Length of the longest sequence.
+    total: usize,
+    chunk: usize,
+    started: bool,
+    /// When the next chunk is due; `None` when the mock has no delays.
+    deadline: Option<Instant>,
+}
+
+impl<E: Encoder> Driver<E> {
+    async fn next_frame(&mut self) -> Option<Result<Bytes, std::io::Error>> {
+        self.guard.as_ref()?;
+        if self.pos < self.total && self.state.wait_hold(self.pos as u32).await {
+            // A paused stream resumes at its own pace rather than bursting to catch up.
+            if let Some(deadline) = &mut self.deadline {
+                *deadline = Instant::now();
+            }
+        }
+        if let Some((after, mode)) = self.fail {
+            // A failure armed past the end still fires, in place of the terminator.
+            if self.pos >= (after as usize).min(self.total) && (self.started || after == 0) {
+                return Some(self.fail_now(mode));
+            }
+        }
+        let mut out = Vec::with_capacity(256 * self.seqs.len().max(1));
+        if self.started && self.pos >= self.total {
+            self.encoder.close(&self.seqs, &mut out);
+            if let Some(guard) = self.guard.take() {
+                guard.complete(self.usage.0, self.usage.1);
+            }
+            return Some(Ok(out.into()));
+        }
+        let first = !self.started;
+        let end = self.chunk_end();
+        self.pace(first, end - self.pos).await;
+        if first {
+            self.started = true;
+            self.encoder.open(&self.seqs, &mut out);
+        }
+        for i in 0..self.seqs.len() {
+            let len = self.seqs[i].len();
+            // An empty sequence (max_new_tokens 0) still sends one event with its finish reason.
+            if self.pos < len || (first && len == 0) {
+                self.encoder
+                    .tokens(&self.seqs, i, self.pos, end.min(len), &mut out);
+            }
+        }
+        self.pos = end;
+        Some(Ok(out.into()))
+    }
+
+    /// Where the next chunk ends: a full chunk, cut short at a hold or failure point so the
+    /// client has received exactly that many tokens when the stream pauses or fails.
+    fn chunk_end(&self) -> usize {
+        let mut end = (self.pos + self.chunk).min(self.total);
+        let hold = self.state.hold_limit().map(|k| k as usize);
+        for limit in [hold, self.fail.map(|(k, _)| k as usize)]
+            .into_iter()
+            .flatten()
+        {
+            if limit > self.pos {
+                end = end.min(limit);
+            }
+        }
+        end
+    }
+
+    async fn pace(&mut self, first: bool, tokens: usize) {
+        let Some(deadline) = &mut self.deadline else {
+            return;
+        };
+        let cfg = &self.state.config;
+        let delay = if first {
+            cfg.ttft
+        } else {
+            cfg.itl
+                .saturating_mul(u32::try_from(tokens).unwrap_or(u32::MAX))
+        };
+        if delay > Duration::ZERO {
+            *deadline += delay;
+            tokio::time::sleep_until(*deadline).await;
+        }
+    }
+
+    fn fail_now(&mut self, mode: FailMode) -> Result<Bytes, std::io::Error> {
+        if let Some(guard) = self.guard.take() {
+            guard.fail();
+        }
+        match mode {
+            FailMode::ErrorEvent => {
+                let mut out = Vec::new();
+                self.encoder
+                    .error("mock: injected stream failure", &mut out);
+                Ok(out.into())
+            }
+            // An error from the body makes hyper cut the connection without a terminator.
+            FailMode::Abort => Err(std::io::Error::other("mock: injected stream abort")),
+        }
+    }
+}

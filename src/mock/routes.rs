@@ -1,0 +1,132 @@
+//! The router: routes per imitated server, shared auxiliary routes and the `/mock/*` controls.
+
+use std::sync::Arc;
+
+use axum::extract::{DefaultBodyLimit, State};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use bytes::Bytes;
+use http::StatusCode;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::state::MockState;
+use super::{openai, sglang, tokenize, FailMode, MockKind};
+
+/// Long batched prompts exceed axum's 2 MiB default.
+const BODY_LIMIT: usize = 64 << 20;
+/// The vLLM release the mock claims to be (>= 0.10.1: nested error envelope).
+const VLLM_VERSION: &str = "0.11.0";
+
+/// The mock's routes for `state.config.kind`.
+pub fn router(state: Arc<MockState>) -> Router {
+    let common = Router::new()
+        .route("/health", get(()))
+        .route("/v1/models", get(models))
+        .route("/v1/completions", post(openai::completions))
+        .route("/v1/chat/completions", post(openai::chat))
+        .route("/mock/stats", get(stats))
+        .route("/mock/hold", post(hold))
+        .route("/mock/release", post(release))
+        .route("/mock/fail_next_stream", post(fail_next_stream));
+    let specific = match state.config.kind {
+        MockKind::Vllm => Router::new()
+            .route("/ping", get(()))
+            .route(
+                "/version",
+                get(|| async { Json(json!({"version": VLLM_VERSION})) }),
+            )
+            .route("/tokenize", post(tokenize::tokenize))
+            .route("/detokenize", post(tokenize::detokenize)),
+        MockKind::Sglang => Router::new()
+            .route("/generate", post(sglang::generate).put(sglang::generate))
+            .route("/health_generate", get(()))
+            .route("/get_model_info", get(sglang::info::model_info))
+            .route("/model_info", get(sglang::info::model_info))
+            .route("/get_server_info", get(sglang::info::server_info))
+            .route("/server_info", get(sglang::info::server_info))
+            .route(
+                "/flush_cache",
+                get(sglang::info::flush_cache).post(sglang::info::flush_cache),
+            )
+            .route("/v1/tokenize", post(tokenize::tokenize))
+            .route("/v1/detokenize", post(tokenize::detokenize))
+            .route("/tokenize", post(tokenize::tokenize))
+            .route("/detokenize", post(tokenize::detokenize)),
+    };
+    common
+        .merge(specific)
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .with_state(state)
+}
+
+async fn models(State(state): State<Arc<MockState>>) -> Json<Value> {
+    let cfg = &state.config;
+    let mut card = json!({
+        "id": cfg.model, "object": "model", "created": state.started,
+        "owned_by": cfg.kind.as_str(), "root": cfg.model, "parent": null,
+        "max_model_len": cfg.max_model_len,
+    });
+    if cfg.kind == MockKind::Vllm {
+        card["permission"] = json!([{
+            "id": "modelperm-mock", "object": "model_permission", "created": state.started,
+            "allow_create_engine": false, "allow_sampling": true, "allow_logprobs": true,
+            "allow_search_indices": false, "allow_view": true, "allow_fine_tuning": false,
+            "organization": "*", "group": null, "is_blocking": false,
+        }]);
+    }
+    Json(json!({"object": "list", "data": [card]}))
+}
+
+async fn stats(State(state): State<Arc<MockState>>) -> Json<super::MockStats> {
+    Json(state.stats())
+}
+
+#[derive(Deserialize)]
+struct HoldBody {
+    after_tokens: u32,
+}
+
+#[derive(Deserialize)]
+struct FailBody {
+    after_tokens: u32,
+    #[serde(default = "error_event")]
+    mode: FailMode,
+}
+
+fn error_event() -> FailMode {
+    FailMode::ErrorEvent
+}
+
+fn control_body<T: for<'de> Deserialize<'de>>(body: &Bytes) -> Result<T, Response> {
+    serde_json::from_slice(body).map_err(|err| {
+        let error = json!({"error": format!("invalid control body: {err}")});
+        (StatusCode::BAD_REQUEST, Json(error)).into_response()
+    })
+}
+
+async fn hold(State(state): State<Arc<MockState>>, body: Bytes) -> Response {
+    match control_body::<HoldBody>(&body) {
+        Ok(b) => {
+            state.hold_after(b.after_tokens);
+            Json(json!({})).into_response()
+        }
+        Err(response) => response,
+    }
+}
+
+async fn release(State(state): State<Arc<MockState>>) -> Json<Value> {
+    state.release();
+    Json(json!({}))
+}
+
+async fn fail_next_stream(State(state): State<Arc<MockState>>, body: Bytes) -> Response {
+    match control_body::<FailBody>(&body) {
+        Ok(b) => {
+            state.fail_next_stream(b.after_tokens, b.mode);
+            Json(json!({})).into_response()
+        }
+        Err(response) => response,
+    }
+}

@@ -1,0 +1,164 @@
+//! Data-driven translation fixtures: one JSON file per case under `tests/fixtures/<client
+//! dialect>/`. Each names the client and upstream dialects and holds any of: the client's
+//! request and the upstream request lingo must produce (or the error it must give); an
+//! upstream response and the client response; upstream stream events and the client's
+//! stream events. Adding a case is adding a file.
+
+use std::path::Path;
+
+use bytes::BytesMut;
+use lingo::dialect::{Ctx, Dialect};
+use lingo::stream::framing::{Frame, FrameParser, Framing};
+use serde_json::Value;
+
+/// Fields that change from run to run.
+const VOLATILE: &[&str] = &["e2e_latency", "created"];
+
+fn strip(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            for k in VOLATILE {
+                m.remove(*k);
+            }
+            m.values_mut().for_each(strip);
+        }
+        Value::Array(a) => a.iter_mut().for_each(strip),
+        _ => {}
+    }
+}
+
+fn dialect(case: &Value, key: &str) -> Dialect {
+    let name = case[key]
+        .as_str()
+        .unwrap_or_else(|| panic!("fixture needs `{key}`"));
+    Dialect::parse(name).unwrap_or_else(|| panic!("unknown dialect {name}"))
+}
+
+fn ctx_for(case: &Value, req: &lingo::model::Request) -> Ctx {
+    let id = case.get("id").and_then(Value::as_str).unwrap_or("test-id");
+    let model = case.get("model").and_then(Value::as_str).unwrap_or("m");
+    Ctx::new(req, id.to_string(), model.to_string())
+}
+
+fn check(path: &Path) {
+    let case: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    let client = dialect(&case, "client");
+    let upstream = dialect(&case, "upstream");
+    let body = serde_json::to_vec(&case["request"]).unwrap();
+    let decoded = client.decode_request(&body);
+    if let Some(err) = case.get("error") {
+        let e = decoded
+            .and_then(|mut r| {
+                r.model = Some("m".into());
+                upstream.encode_request(&r).map(|_| r)
+            })
+            .expect_err("expected an error");
+        let shown = client.field_name(e.param().unwrap_or(""));
+        assert_eq!(
+            e.status().as_u16(),
+            err["status"].as_u64().unwrap() as u16,
+            "{e}"
+        );
+        let needle = err["names"].as_str().unwrap();
+        assert!(
+            e.to_string().contains(needle) || shown.contains(needle),
+            "error `{e}` does not name `{needle}`"
+        );
+        return;
+    }
+    let mut req = decoded.unwrap_or_else(|e| panic!("decode: {e}"));
+    req.model = Some(
+        case.get("model")
+            .and_then(Value::as_str)
+            .unwrap_or("m")
+            .into(),
+    );
+    if let Some(expected) = case.get("upstream_request") {
+        let got: Value = serde_json::from_slice(&upstream.encode_request(&req).unwrap()).unwrap();
+        assert_eq!(&got, expected, "upstream request");
+    }
+    if let Some(up) = case.get("upstream_response") {
+        let mut resp = upstream
+            .decode_response(&serde_json::to_vec(up).unwrap())
+            .unwrap();
+        resp.fill_usage(req.sampling.n);
+        let ctx = ctx_for(&case, &req);
+        let mut got: Value = serde_json::from_slice(&client.encode_response(&resp, &ctx)).unwrap();
+        strip(&mut got);
+        assert_eq!(&got, &case["response"], "client response");
+    }
+    if let Some(events) = case.get("upstream_stream") {
+        let got = run_stream(client, upstream, &req, &case, events);
+        assert_eq!(&Value::Array(got), &case["stream"], "client stream");
+    }
+}
+
+/// Feed upstream events through the decoder and the client encoder; return the client's
+/// events as JSON (`"[DONE]"` stays a string).
+fn run_stream(
+    client: Dialect,
+    upstream: Dialect,
+    req: &lingo::model::Request,
+    case: &Value,
+    events: &Value,
+) -> Vec<Value> {
+    let mut dec = upstream.stream_decoder();
+    let mut enc = client.stream_encoder(ctx_for(case, req));
+    let mut out = BytesMut::new();
+    for e in events.as_array().unwrap() {
+        let data = match e {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        let frame = Frame {
+            event: None,
+            data: data.into(),
+        };
+        let mut evs = Vec::new();
+        dec.frame(&frame, &mut evs).unwrap();
+        enc.events(&evs, &mut out);
+    }
+    enc.end(&mut out);
+    let mut parser = FrameParser::new(Framing::Sse);
+    let mut frames = Vec::new();
+    parser.feed(&out, &mut frames);
+    parser.finish(&mut frames);
+    frames
+        .iter()
+        .map(|f| {
+            let mut v = serde_json::from_slice(&f.data)
+                .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&f.data).into()));
+            strip(&mut v);
+            v
+        })
+        .collect()
+}
+
+#[test]
+fn fixtures() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let mut paths = Vec::new();
+    for dir in std::fs::read_dir(&root).unwrap() {
+        for file in std::fs::read_dir(dir.unwrap().path()).unwrap() {
+            let path = file.unwrap().path();
+            if path.extension().is_some_and(|e| e == "json") {
+                paths.push(path);
+            }
+        }
+    }
+    paths.sort();
+    let failed: Vec<String> = paths
+        .iter()
+        .filter(|p| std::panic::catch_unwind(|| check(p)).is_err())
+        .map(|p| p.display().to_string())
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "failing fixtures (messages above): {failed:#?}"
+    );
+    assert!(
+        paths.len() >= 10,
+        "expected at least 10 fixtures, found {}",
+        paths.len()
+    );
+}

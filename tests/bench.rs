@@ -67,8 +67,10 @@ struct Scripted {
 }
 
 async fn serve(app: Router) -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind 127.0.0.1:0");
+    let addr = listener.local_addr().expect("local address");
     tokio::spawn(async move { axum::serve(listener, app).await });
     addr
 }
@@ -87,7 +89,7 @@ async fn scripted(script: Script) -> (String, Arc<Scripted>) {
 
 async fn completions(State(st): State<Arc<Scripted>>, Json(body): Json<Value>) -> Response {
     let n = st.requests.fetch_add(1, Ordering::SeqCst) + 1;
-    st.bodies.lock().unwrap().push(body.clone());
+    st.bodies.lock().expect("not poisoned").push(body.clone());
     let s = st.script;
     if s.fail_every.is_some_and(|k| n % k == 0) {
         let err = json!({"error": {"message": "boom", "type": "InternalServerError"}});
@@ -114,9 +116,11 @@ async fn completions(State(st): State<Arc<Scripted>>, Json(body): Json<Value>) -
         if s.ids {
             choice["token_ids"] = json!(vec![1234; k as usize]);
         }
-        events.push(json!({"id": "c", "object": "text_completion", "model": "m",
+        events.push(
+            json!({"id": "c", "object": "text_completion", "model": "m",
                            "choices": [choice]})
-        .to_string());
+            .to_string(),
+        );
     }
     match s.broken {
         Broken::No => {}
@@ -141,12 +145,15 @@ async fn completions(State(st): State<Arc<Scripted>>, Json(body): Json<Value>) -
         }
         let ev = it.next()?;
         tokio::time::sleep(Duration::from_millis(2)).await;
-        Some((Ok::<_, std::convert::Infallible>(Bytes::from(format!("data: {ev}\n\n"))), it))
+        Some((
+            Ok::<_, std::convert::Infallible>(Bytes::from(format!("data: {ev}\n\n"))),
+            it,
+        ))
     });
     Response::builder()
         .header("content-type", "text/event-stream")
         .body(Body::from_stream(stream))
-        .unwrap()
+        .expect("a valid response")
 }
 
 fn config(url: &str, dialect: Dialect) -> BenchConfig {
@@ -199,7 +206,10 @@ async fn tokens_come_from_usage_and_counts_per_level_are_exact() {
     }
     for r in all_results(&levels) {
         assert!(r.ok, "{:?}", r.error);
-        assert_eq!((r.output_tokens, r.prompt_tokens, r.estimated), (10, 24, false));
+        assert_eq!(
+            (r.output_tokens, r.prompt_tokens, r.estimated),
+            (10, 24, false)
+        );
         let ttft = r.ttft.unwrap();
         assert!(ttft < r.e2e, "ttft {ttft:?} e2e {:?}", r.e2e);
         // Chunks of 3, 3, 3, 1: the first chunk's tokens are TTFT, the other 7 are gaps.
@@ -219,14 +229,24 @@ async fn tokens_come_from_usage_and_counts_per_level_are_exact() {
     }
     let prompts: std::collections::HashSet<String> =
         bodies.iter().map(|b| b["prompt"].to_string()).collect();
-    assert_eq!(prompts.len(), bodies.len(), "every request has its own prompt");
+    assert_eq!(
+        prompts.len(),
+        bodies.len(),
+        "every request has its own prompt"
+    );
 }
 
 #[tokio::test]
 async fn usage_wins_over_counting_chunks() {
     // No token ids: chunk counting would say 4 (one per chunk); the usage says 10.
-    let (url, _) = scripted(Script { ids: false, ..Script::default() }).await;
-    let levels = run(&config(&url, Dialect::OpenaiCompletions)).await.unwrap();
+    let (url, _) = scripted(Script {
+        ids: false,
+        ..Script::default()
+    })
+    .await;
+    let levels = run(&config(&url, Dialect::OpenaiCompletions))
+        .await
+        .unwrap();
     for r in all_results(&levels) {
         assert_eq!((r.output_tokens, r.estimated), (10, false));
     }
@@ -235,20 +255,33 @@ async fn usage_wins_over_counting_chunks() {
 
 #[tokio::test]
 async fn without_server_counts_tokens_are_a_marked_estimate() {
-    let script = Script { ids: false, usage: false, ..Script::default() };
+    let script = Script {
+        ids: false,
+        usage: false,
+        ..Script::default()
+    };
     let (url, _) = scripted(script).await;
-    let levels = run(&config(&url, Dialect::OpenaiCompletions)).await.unwrap();
+    let levels = run(&config(&url, Dialect::OpenaiCompletions))
+        .await
+        .unwrap();
     for r in all_results(&levels) {
         assert!(r.ok);
         assert_eq!((r.output_tokens, r.estimated), (4, true));
     }
     let table = render_table(&levels);
-    assert!(table.contains("reported no token counts for 14 request(s)"), "{table}");
+    assert!(
+        table.contains("reported no token counts for 14 request(s)"),
+        "{table}"
+    );
 }
 
 #[tokio::test]
 async fn failures_are_counted_exactly() {
-    let (url, _) = scripted(Script { fail_every: Some(3), ..Script::default() }).await;
+    let (url, _) = scripted(Script {
+        fail_every: Some(3),
+        ..Script::default()
+    })
+    .await;
     let mut cfg = config(&url, Dialect::OpenaiCompletions);
     cfg.concurrency = vec![2, 4];
     cfg.requests_per_level = 9;
@@ -269,7 +302,9 @@ async fn failures_are_counted_exactly() {
 #[tokio::test]
 async fn table_shows_the_measured_numbers() {
     let (url, _) = scripted(Script::default()).await;
-    let levels = run(&config(&url, Dialect::OpenaiCompletions)).await.unwrap();
+    let levels = run(&config(&url, Dialect::OpenaiCompletions))
+        .await
+        .unwrap();
     let table = render_table(&levels);
     let lines: Vec<&str> = table.lines().collect();
     assert_eq!(
@@ -304,7 +339,12 @@ async fn non_streaming_ttft_is_e2e() {
         assert_eq!(r.ttft, Some(r.e2e));
         assert_eq!((r.output_tokens, r.estimated), (10, false));
     }
-    assert!(server.bodies.lock().unwrap().iter().all(|b| b.get("stream").is_none()));
+    assert!(server
+        .bodies
+        .lock()
+        .unwrap()
+        .iter()
+        .all(|b| b.get("stream").is_none()));
     assert!(render_table(&levels).contains("TTFT equals end-to-end"));
 }
 
@@ -315,7 +355,11 @@ async fn broken_streams_fail_and_are_counted() {
         (Broken::Truncated, "without a finish reason"),
         (Broken::Hang, "timed out"),
     ] {
-        let (url, _) = scripted(Script { broken, ..Script::default() }).await;
+        let (url, _) = scripted(Script {
+            broken,
+            ..Script::default()
+        })
+        .await;
         let mut cfg = config(&url, Dialect::OpenaiCompletions);
         cfg.warmup = 0;
         cfg.concurrency = vec![2];
@@ -325,7 +369,11 @@ async fn broken_streams_fail_and_are_counted() {
         let l = &levels[0];
         assert_eq!((l.ok(), l.fail()), (0, 4), "{needle}");
         for r in &l.results {
-            assert!(r.error.as_deref().unwrap().contains(needle), "{:?}", r.error);
+            assert!(
+                r.error.as_deref().unwrap().contains(needle),
+                "{:?}",
+                r.error
+            );
         }
         assert_eq!(l.total_tokens(), 0);
     }
@@ -333,13 +381,23 @@ async fn broken_streams_fail_and_are_counted() {
 
 #[tokio::test]
 async fn a_failing_warmup_stops_the_run() {
-    let (url, _) = scripted(Script { fail_every: Some(1), ..Script::default() }).await;
-    let err = run(&config(&url, Dialect::OpenaiCompletions)).await.unwrap_err();
+    let (url, _) = scripted(Script {
+        fail_every: Some(1),
+        ..Script::default()
+    })
+    .await;
+    let err = run(&config(&url, Dialect::OpenaiCompletions))
+        .await
+        .unwrap_err();
     assert!(err.to_string().contains("boom"), "{err}");
 
     let mut bad = config(&url, Dialect::OpenaiCompletions);
     bad.concurrency = vec![0];
-    assert!(run(&bad).await.unwrap_err().to_string().contains("concurrency"));
+    assert!(run(&bad)
+        .await
+        .unwrap_err()
+        .to_string()
+        .contains("concurrency"));
 }
 
 // ---- against lingo's mock --------------------------------------------------------------
@@ -366,7 +424,10 @@ async fn sglang_generate_against_the_mock() {
         assert_eq!(l.total_tokens(), 7 * 20);
     }
     for r in all_results(&levels) {
-        assert_eq!((r.output_tokens, r.prompt_tokens, r.estimated), (20, 24, false));
+        assert_eq!(
+            (r.output_tokens, r.prompt_tokens, r.estimated),
+            (20, 24, false)
+        );
         assert!(r.ttft.unwrap() <= r.e2e);
         assert_eq!(r.itl.len(), 20 - 3);
     }
@@ -392,7 +453,10 @@ async fn openai_chat_against_the_mock_discovers_the_model() {
     }
     for r in all_results(&levels) {
         // The mock's chat template adds 3 tokens to the 24 words.
-        assert_eq!((r.output_tokens, r.prompt_tokens, r.estimated), (12, 27, false));
+        assert_eq!(
+            (r.output_tokens, r.prompt_tokens, r.estimated),
+            (12, 27, false)
+        );
         let ttft = r.ttft.unwrap();
         assert!(ttft < r.e2e);
         assert_eq!(r.itl.len(), 12 - 2);
@@ -427,7 +491,10 @@ async fn openai_completions_against_the_mock_with_failures_and_without_streaming
     // Request 14 is the warmup; of 15..=26, 16, 20 and 24 fail.
     assert_eq!((levels[0].ok(), levels[0].fail()), (9, 3));
     for r in levels[0].results.iter().filter(|r| r.ok) {
-        assert_eq!((r.output_tokens, r.prompt_tokens, r.estimated), (16, 24, false));
+        assert_eq!(
+            (r.output_tokens, r.prompt_tokens, r.estimated),
+            (16, 24, false)
+        );
         assert_eq!(r.ttft, Some(r.e2e));
     }
     assert_eq!(state.stats().requests, 26);

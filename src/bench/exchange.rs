@@ -29,7 +29,10 @@ impl Target {
         match tokio::time::timeout(self.timeout, self.exchange(body, t0)).await {
             Ok(result) => result,
             Err(_) => failed(
-                format!("timed out after {}", humantime::format_duration(self.timeout)),
+                format!(
+                    "timed out after {}",
+                    humantime::format_duration(self.timeout)
+                ),
                 t0.elapsed(),
             ),
         }

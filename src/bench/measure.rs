@@ -157,9 +157,16 @@ mod tests {
         assert!(r.ok, "{:?}", r.error);
         assert_eq!(r.ttft, Some(Duration::from_millis(10)));
         assert_eq!(r.e2e, Duration::from_millis(45));
-        assert_eq!((r.output_tokens, r.prompt_tokens, r.estimated), (4, 9, false));
+        assert_eq!(
+            (r.output_tokens, r.prompt_tokens, r.estimated),
+            (4, 9, false)
+        );
         assert_eq!(r.itl.len(), 3);
-        assert!(r.itl.iter().all(|g| (g - 0.010).abs() < 1e-9), "{:?}", r.itl);
+        assert!(
+            r.itl.iter().all(|g| (g - 0.010).abs() < 1e-9),
+            "{:?}",
+            r.itl
+        );
     }
 
     #[test]
@@ -183,13 +190,21 @@ mod tests {
         assert_eq!(r.e2e, Duration::from_millis(2));
 
         let mut m = Meter::new(t0, 2);
-        m.event(&Event::Error { message: "boom".into() }, ms(t0, 1));
+        m.event(
+            &Event::Error {
+                message: "boom".into(),
+            },
+            ms(t0, 1),
+        );
         assert!(m.failed());
         let r = m.finish(ms(t0, 1));
         assert!(r.error.unwrap().contains("boom"));
 
         let mut m = Meter::new(t0, 2);
-        m.event(&chunk("", None, Some(Finish::Abort("oom".into()))), ms(t0, 1));
+        m.event(
+            &chunk("", None, Some(Finish::Abort("oom".into()))),
+            ms(t0, 1),
+        );
         assert!(!m.finish(ms(t0, 1)).ok);
     }
 }

@@ -79,7 +79,10 @@ impl BenchConfig {
     /// Check the settings; errors name the offending field.
     pub fn validate(&self) -> anyhow::Result<()> {
         if !self.url.starts_with("http://") {
-            bail!("url: `{}` must start with http:// (the bench speaks plain HTTP)", self.url);
+            bail!(
+                "url: `{}` must start with http:// (the bench speaks plain HTTP)",
+                self.url
+            );
         }
         if self.concurrency.is_empty() || self.concurrency.contains(&0) {
             bail!("concurrency: give one or more levels, each at least 1");
@@ -139,7 +142,8 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<Vec<LevelReport>> {
     for (i, &c) in config.concurrency.iter().enumerate() {
         // Keys never repeat across the warmup and the levels, so neither do prompts.
         let first_key = (i as u64 + 1) << 32;
-        levels.push(sweep::level(&target, &workload, c, config.requests_per_level, first_key).await?);
+        levels
+            .push(sweep::level(&target, &workload, c, config.requests_per_level, first_key).await?);
     }
     Ok(levels)
 }

@@ -79,7 +79,10 @@ impl LevelReport {
 
     /// Mean over successful requests of N / E2E.
     pub fn per_req_tok_s(&self) -> f64 {
-        mean(self.oks().map(|r| per_second(r.output_tokens as f64, r.e2e)))
+        mean(
+            self.oks()
+                .map(|r| per_second(r.output_tokens as f64, r.e2e)),
+        )
     }
 
     /// Mean TTFT in seconds over successful requests.
@@ -94,7 +97,13 @@ impl LevelReport {
 
     /// Quantile `q` (0..=1) of TTFT in seconds over successful requests.
     pub fn ttft_quantile(&self, q: f64) -> Option<f64> {
-        quantile(self.oks().filter_map(|r| r.ttft).map(|t| t.as_secs_f64()).collect(), q)
+        quantile(
+            self.oks()
+                .filter_map(|r| r.ttft)
+                .map(|t| t.as_secs_f64())
+                .collect(),
+            q,
+        )
     }
 
     /// Quantile `q` of E2E in seconds over successful requests.
@@ -116,7 +125,7 @@ impl LevelReport {
                 None => counts.push((e.to_string(), 1)),
             }
         }
-        counts.sort_by(|a, b| b.1.cmp(&a.1));
+        counts.sort_by_key(|(_, n)| std::cmp::Reverse(*n));
         counts
     }
 }

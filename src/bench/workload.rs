@@ -15,9 +15,9 @@ const ID_HIGH: u32 = 30000;
 /// Common English words that are one token (with their leading space) in the usual BPE
 /// vocabularies, and exactly one token in lingo's mock.
 const WORDS: [&str; 32] = [
-    "the", "of", "and", "to", "in", "is", "that", "for", "it", "as", "was", "with", "be",
-    "by", "on", "not", "he", "this", "are", "or", "his", "from", "at", "which", "but", "have",
-    "an", "had", "they", "you", "were", "their",
+    "the", "of", "and", "to", "in", "is", "that", "for", "it", "as", "was", "with", "be", "by",
+    "on", "not", "he", "this", "are", "or", "his", "from", "at", "which", "but", "have", "an",
+    "had", "they", "you", "were", "their",
 ];
 
 /// The request-independent part of every request of a run.

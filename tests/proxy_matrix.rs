@@ -35,7 +35,11 @@ fn sglang_request(stream: bool) -> Value {
 fn sglang_read(body: &str, stream: bool) -> Seen {
     let last = if stream {
         let events = sse_events(body);
-        assert_eq!(events.last(), Some(&json!("[DONE]")), "stream ends with [DONE]");
+        assert_eq!(
+            events.last(),
+            Some(&json!("[DONE]")),
+            "stream ends with [DONE]"
+        );
         // Cumulative text: every chunk extends the previous one.
         let texts: Vec<&str> = events.iter().filter_map(|e| e["text"].as_str()).collect();
         for w in texts.windows(2) {
@@ -48,7 +52,10 @@ fn sglang_read(body: &str, stream: bool) -> Seen {
     Seen {
         text: last["text"].as_str().unwrap().to_string(),
         tokens: last["meta_info"]["completion_tokens"].as_u64().unwrap(),
-        finish: last["meta_info"]["finish_reason"]["type"].as_str().unwrap().to_string(),
+        finish: last["meta_info"]["finish_reason"]["type"]
+            .as_str()
+            .unwrap()
+            .to_string(),
     }
 }
 
@@ -76,12 +83,19 @@ fn openai_read(body: &str, stream: bool, content: fn(&Value) -> Option<&str>) ->
         return Seen {
             text: content(&v["choices"][0]).unwrap_or_default().to_string(),
             tokens: v["usage"]["completion_tokens"].as_u64().unwrap(),
-            finish: v["choices"][0]["finish_reason"].as_str().unwrap().to_string(),
+            finish: v["choices"][0]["finish_reason"]
+                .as_str()
+                .unwrap()
+                .to_string(),
         };
     }
     let events = sse_events(body);
     assert_eq!(events.last(), Some(&json!("[DONE]")));
-    let mut seen = Seen { text: String::new(), tokens: 0, finish: String::new() };
+    let mut seen = Seen {
+        text: String::new(),
+        tokens: 0,
+        finish: String::new(),
+    };
     for e in &events {
         if let Some(c) = e["choices"].get(0) {
             seen.text.push_str(content(c).unwrap_or_default());
@@ -90,7 +104,10 @@ fn openai_read(body: &str, stream: bool, content: fn(&Value) -> Option<&str>) ->
             }
         }
         if let Some(n) = e["usage"]["completion_tokens"].as_u64() {
-            assert!(e["choices"].as_array().unwrap().is_empty(), "usage comes in its own chunk");
+            assert!(
+                e["choices"].as_array().unwrap().is_empty(),
+                "usage comes in its own chunk"
+            );
             seen.tokens = n;
         }
     }
@@ -98,7 +115,12 @@ fn openai_read(body: &str, stream: bool, content: fn(&Value) -> Option<&str>) ->
 }
 
 const ROWS: &[Row] = &[
-    Row { name: "sglang", path: "/generate", request: sglang_request, read: sglang_read },
+    Row {
+        name: "sglang",
+        path: "/generate",
+        request: sglang_request,
+        read: sglang_read,
+    },
     Row {
         name: "openai-completions",
         path: "/v1/completions",
@@ -110,7 +132,11 @@ const ROWS: &[Row] = &[
         path: "/v1/chat/completions",
         request: chat_request,
         read: |b, s| {
-            openai_read(b, s, |c| c["message"]["content"].as_str().or(c["delta"]["content"].as_str()))
+            openai_read(b, s, |c| {
+                c["message"]["content"]
+                    .as_str()
+                    .or(c["delta"]["content"].as_str())
+            })
         },
     },
 ];
@@ -157,7 +183,10 @@ async fn run_matrix(kind: MockKind) {
         }
     }
     let stats = mock.state.stats();
-    assert_eq!(stats.requests, requests, "every request reached the upstream once");
+    assert_eq!(
+        stats.requests, requests,
+        "every request reached the upstream once"
+    );
     assert_eq!(stats.completion_tokens, requests * MAX);
 }
 

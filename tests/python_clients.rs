@@ -37,7 +37,10 @@ async fn run(args: Vec<String>) -> Option<std::process::Output> {
 fn assert_ok(out: std::process::Output) {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "script failed\nstdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(
+        out.status.success(),
+        "script failed\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    );
     assert!(stdout.starts_with("ok:"), "{stdout}");
 }
 
@@ -45,7 +48,13 @@ fn assert_ok(out: std::process::Output) {
 async fn sglang_style_script_against_vllm() {
     let mock = mock(MockKind::Vllm).await;
     let base = lingo(config_for(&mock.url(), KindSetting::Auto)).await;
-    let args = vec![script("sglang_style_client.py"), "--base".into(), base, "--output-len".into(), "24".into()];
+    let args = vec![
+        script("sglang_style_client.py"),
+        "--base".into(),
+        base,
+        "--output-len".into(),
+        "24".into(),
+    ];
     if let Some(out) = run(args).await {
         assert_ok(out);
         let stats = mock.state.stats();
@@ -58,7 +67,16 @@ async fn openai_sdk_against_lingo() {
     for kind in [MockKind::Vllm, MockKind::Sglang] {
         let mock = mock(kind).await;
         let base = lingo(config_for(&mock.url(), kind_setting(kind))).await;
-        let args = vec![script("openai_sdk_client.py"), "--base".into(), base, "--model".into(), "mock-model".into()];
+        let mut args = vec![
+            script("openai_sdk_client.py"),
+            "--base".into(),
+            base,
+            "--model".into(),
+            "mock-model".into(),
+        ];
+        if kind == MockKind::Vllm {
+            args.push("--strict-model".into());
+        }
         if let Some(out) = run(args).await {
             assert_ok(out);
         }

@@ -2,6 +2,7 @@
 //! `LINGO_*` environment variable (command line wins), and `serve` layers both over
 //! `--config`.
 
+mod mock;
 mod serve;
 
 use clap::{Parser, Subcommand};
@@ -21,11 +22,14 @@ pub struct Cli {
 pub enum Command {
     /// Run the proxy: accept every client dialect, translate to the upstream's.
     Serve(serve::ServeArgs),
+    /// Run a simulated inference server (vLLM or SGLang) for tests, demos and benchmarks.
+    Mock(mock::MockArgs),
 }
 
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => serve::run(args).await,
+        Command::Mock(args) => mock::run(args).await,
     }
 }
 

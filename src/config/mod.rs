@@ -93,6 +93,11 @@ pub struct Timeouts {
     /// Reading a client's request body. Default 30s.
     #[serde(with = "humantime_serde")]
     pub client_body: Duration,
+    /// How long an idle upstream connection stays pooled. Default 4s: vLLM and SGLang run
+    /// uvicorn, which closes idle keep-alive connections after 5s; reusing one it is closing
+    /// fails the request.
+    #[serde(with = "humantime_serde")]
+    pub pool_idle: Duration,
 }
 
 impl Default for Timeouts {
@@ -101,6 +106,7 @@ impl Default for Timeouts {
             connect: Duration::from_secs(5),
             response_headers: Duration::from_secs(600),
             client_body: Duration::from_secs(30),
+            pool_idle: Duration::from_secs(4),
         }
     }
 }
@@ -146,6 +152,7 @@ impl Config {
             ("timeouts.connect", t.connect),
             ("timeouts.response_headers", t.response_headers),
             ("timeouts.client_body", t.client_body),
+            ("timeouts.pool_idle", t.pool_idle),
         ] {
             if d.is_zero() {
                 return Err(invalid(key, "must be greater than zero"));

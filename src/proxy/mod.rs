@@ -63,6 +63,11 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let state = Arc::new(AppState::new(config, Arc::new(Metrics::new())));
     state.warm_up().await;
+    use axum::serve::ListenerExt;
+    // Streams are many small writes: Nagle's algorithm would hold tokens back.
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     axum::serve(listener, router(state))
         .with_graceful_shutdown(shutdown)
         .await

@@ -19,8 +19,7 @@ pub struct AppState {
 
 impl AppState {
     pub fn new(config: Config, metrics: Arc<Metrics>) -> AppState {
-        let t = &config.timeouts;
-        let client = Client::new(&config.upstream.url, t.connect, t.response_headers);
+        let client = Client::new(&config.upstream.url, &config.timeouts);
         let models = Models::new(config.models.clone(), config.upstream.model.clone());
         let kind = match config.upstream.kind {
             KindSetting::Auto => None,

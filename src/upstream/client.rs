@@ -9,6 +9,7 @@ use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
+use crate::config::Timeouts;
 use crate::error::ProxyError;
 
 /// The upstream's answer: status, content type, and the still-unread body.
@@ -38,19 +39,19 @@ pub struct Client {
 }
 
 impl Client {
-    pub fn new(base: &str, connect_timeout: Duration, header_timeout: Duration) -> Client {
+    pub fn new(base: &str, t: &Timeouts) -> Client {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
-        connector.set_connect_timeout(Some(connect_timeout));
+        connector.set_connect_timeout(Some(t.connect));
         connector.set_keepalive(Some(Duration::from_secs(60)));
         let inner = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(90))
+            .pool_idle_timeout(t.pool_idle)
             .pool_max_idle_per_host(1024)
             .build(connector);
         Client {
             base: base.trim_end_matches('/').to_string(),
             inner,
-            header_timeout,
+            header_timeout: t.response_headers,
         }
     }
 

@@ -24,7 +24,11 @@ impl Mock {
 }
 
 pub async fn mock(kind: MockKind) -> Mock {
-    mock_with(MockConfig { kind, ..MockConfig::default() }).await
+    mock_with(MockConfig {
+        kind,
+        ..MockConfig::default()
+    })
+    .await
 }
 
 pub async fn mock_with(config: MockConfig) -> Mock {
@@ -60,7 +64,10 @@ pub fn kind_setting(kind: MockKind) -> KindSetting {
 }
 
 pub fn client() -> reqwest::Client {
-    reqwest::Client::builder().timeout(Duration::from_secs(30)).build().unwrap()
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap()
 }
 
 /// Read a whole SSE body into its `data:` payloads (JSON, or the raw string for `[DONE]`).

@@ -20,6 +20,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--base", required=True)
     ap.add_argument("--model", required=True)
+    ap.add_argument("--strict-model", action="store_true",
+                    help="the upstream rejects unknown models (vLLM does, SGLang does not)")
     args = ap.parse_args()
     client = openai.OpenAI(base_url=args.base + "/v1", api_key="unused", max_retries=0)
     extra = {"ignore_eos": True}
@@ -66,10 +68,16 @@ def main():
     assert roles == 1, roles
 
     # Errors come back as the SDK's typed exceptions.
+    if args.strict_model:
+        try:
+            client.completions.create(model="no-such-model", prompt="x", max_tokens=1)
+            raise SystemExit("expected NotFoundError")
+        except openai.NotFoundError:
+            pass
     try:
-        client.completions.create(model="no-such-model", prompt="x", max_tokens=1)
-        raise SystemExit("expected NotFoundError")
-    except openai.NotFoundError:
+        client.completions.create(model=args.model, prompt="x", max_tokens="many")
+        raise SystemExit("expected BadRequestError")
+    except openai.BadRequestError:
         pass
     print("ok: openai SDK completions and chat, stream and not")
 

@@ -13,7 +13,7 @@ fn error_type(err: &ProxyError) -> &'static str {
         403 => "PermissionDeniedError",
         404 => "NotFoundError",
         429 => "RateLimitError",
-        502 | 503 | 504 => "ServiceUnavailableError",
+        502..=504 => "ServiceUnavailableError",
         _ => "InternalServerError",
     }
 }

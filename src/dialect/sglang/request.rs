@@ -330,8 +330,8 @@ fn sampling_json(s: &Sampling) -> Map<String, Value> {
             "stop_regex",
             (!s.stop_regex.is_empty()).then(|| json!(s.stop_regex)),
         ),
-        ("ignore_eos", s.ignore_eos.then(|| json!(true))),
-        ("no_stop_trim", s.include_stop.then(|| json!(true))),
+        ("ignore_eos", s.ignore_eos.then_some(json!(true))),
+        ("no_stop_trim", s.include_stop.then_some(json!(true))),
         ("n", (s.n != 1).then(|| json!(s.n))),
     ];
     for (k, v) in optional {

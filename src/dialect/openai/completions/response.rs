@@ -7,7 +7,7 @@ use super::logprobs::{self, LogprobsWire};
 use crate::dialect::openai::wire::{finish_from_wire, finish_to_wire, usage_json, UsageWire};
 use crate::dialect::Ctx;
 use crate::error::ProxyError;
-use crate::model::{Choice, Response};
+use crate::model::{Choice, Response, Usage};
 
 #[derive(Debug, Deserialize)]
 struct ChoiceWire {
@@ -19,6 +19,7 @@ struct ChoiceWire {
     stop_reason: Option<Value>,
     logprobs: Option<LogprobsWire>,
     token_ids: Option<Vec<u32>>,
+    prompt_token_ids: Option<Vec<u32>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -43,9 +44,17 @@ pub fn decode_response(body: &[u8]) -> Result<Response, ProxyError> {
             logprobs: c
                 .logprobs
                 .map(|l| logprobs::from_wire(l, c.token_ids.as_deref())),
+            // With vLLM's `return_token_ids` each choice's counts are exact.
+            usage: match (&c.prompt_token_ids, &c.token_ids) {
+                (Some(p), Some(t)) => Some(Usage {
+                    prompt_tokens: p.len() as u64,
+                    completion_tokens: t.len() as u64,
+                    cached_tokens: None,
+                }),
+                _ => None,
+            },
             text: c.text,
             token_ids: c.token_ids,
-            usage: None,
         })
         .collect();
     Ok(Response {

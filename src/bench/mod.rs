@@ -21,6 +21,7 @@ use anyhow::{bail, Context};
 pub use report::{LevelReport, RequestResult};
 pub use table::render_table;
 
+use crate::config::Timeouts;
 use crate::dialect::Dialect;
 use crate::upstream::{list_models, Client};
 use exchange::Target;
@@ -108,11 +109,13 @@ impl BenchConfig {
 /// unreachable or refuses the requests); failures during the sweep are counted in the reports.
 pub async fn run(config: &BenchConfig) -> anyhow::Result<Vec<LevelReport>> {
     config.validate()?;
-    let client = Client::new(
-        &config.url,
-        config.timeout.min(CONNECT_TIMEOUT),
-        config.timeout,
-    );
+    // The pool's idle timeout stays the proxy's default: under uvicorn's keep-alive.
+    let timeouts = Timeouts {
+        connect: config.timeout.min(CONNECT_TIMEOUT),
+        response_headers: config.timeout,
+        ..Timeouts::default()
+    };
+    let client = Client::new(&config.url, &timeouts);
     let model = match (&config.model, config.dialect) {
         (Some(m), _) => Some(m.clone()),
         (None, Dialect::Sglang) => None,

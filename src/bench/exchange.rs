@@ -1,0 +1,142 @@
+//! One request against the server and its measurement: send, then read the stream through
+//! the dialect's own framing and decoder (or decode the whole answer), bounded by the timeout.
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::BodyExt;
+
+use super::measure::{failed, Meter};
+use super::report::RequestResult;
+use crate::dialect::Dialect;
+use crate::stream::framing::FrameParser;
+use crate::upstream::{Client, UpstreamResponse};
+
+/// Everything needed to send one request; shared by all workers of a run.
+pub struct Target {
+    pub client: Client,
+    pub dialect: Dialect,
+    pub stream: bool,
+    /// The requested output length: sizes the per-request ITL buffer once.
+    pub output_len: u32,
+    pub timeout: Duration,
+}
+
+impl Target {
+    /// Send `body` and measure the answer; never panics, every failure is a failed result.
+    pub async fn send(&self, body: Bytes) -> RequestResult {
+        let t0 = Instant::now();
+        match tokio::time::timeout(self.timeout, self.exchange(body, t0)).await {
+            Ok(result) => result,
+            Err(_) => failed(
+                format!(
+                    "timed out after {}",
+                    humantime::format_duration(self.timeout)
+                ),
+                t0.elapsed(),
+            ),
+        }
+    }
+
+    async fn exchange(&self, body: Bytes, t0: Instant) -> RequestResult {
+        let resp = match self.client.post_json(self.dialect.path(), body, &[]).await {
+            Ok(resp) => resp,
+            Err(e) => return failed(e.to_string(), t0.elapsed()),
+        };
+        if !resp.status.is_success() {
+            let status = resp.status;
+            let message = match resp.bytes().await {
+                Ok(b) => self.dialect.decode_error(&b),
+                Err(e) => e.to_string(),
+            };
+            return failed(format!("HTTP {}: {message}", status.as_u16()), t0.elapsed());
+        }
+        if self.stream {
+            self.read_stream(resp, t0).await
+        } else {
+            self.read_whole(resp, t0).await
+        }
+    }
+
+    /// Decode the stream as it arrives. Every event of one body frame gets that frame's
+    /// arrival time: the bytes could not have been seen earlier.
+    async fn read_stream(&self, resp: UpstreamResponse, t0: Instant) -> RequestResult {
+        let mut meter = Meter::new(t0, self.output_len);
+        let mut parser = FrameParser::new(self.dialect.framing());
+        let mut decoder = self.dialect.stream_decoder();
+        let mut frames = Vec::new();
+        let mut events = Vec::new();
+        let mut body = resp.body;
+        loop {
+            let next = body.frame().await;
+            let at = Instant::now();
+            let end = match next {
+                None => {
+                    parser.finish(&mut frames);
+                    true
+                }
+                Some(Ok(frame)) => {
+                    if let Some(data) = frame.data_ref() {
+                        parser.feed(data, &mut frames);
+                    }
+                    false
+                }
+                Some(Err(e)) => {
+                    return failed(format!("reading the stream: {e}"), at.duration_since(t0))
+                }
+            };
+            for frame in frames.drain(..) {
+                if let Err(e) = decoder.frame(&frame, &mut events) {
+                    return failed(e.to_string(), at.duration_since(t0));
+                }
+                for ev in events.drain(..) {
+                    meter.event(&ev, at);
+                }
+            }
+            if end || meter.failed() {
+                return meter.finish(at);
+            }
+        }
+    }
+
+    /// A whole answer: TTFT is E2E; tokens from the response's usage.
+    async fn read_whole(&self, resp: UpstreamResponse, t0: Instant) -> RequestResult {
+        let bytes = match resp.bytes().await {
+            Ok(b) => b,
+            Err(e) => return failed(e.to_string(), t0.elapsed()),
+        };
+        let e2e = t0.elapsed();
+        let mut r = match self.dialect.decode_response(&bytes) {
+            Ok(r) => r,
+            Err(e) => return failed(e.to_string(), e2e),
+        };
+        let Some(first) = r.choices.first() else {
+            return failed("the response has no choices".into(), e2e);
+        };
+        if let Some(crate::model::Finish::Abort(msg)) = &first.finish {
+            return failed(format!("aborted by the server: {msg}"), e2e);
+        }
+        let reported = r.usage.is_some() || r.choices.iter().any(|c| c.usage.is_some());
+        r.fill_usage(1);
+        let usage = r.usage.unwrap_or_default();
+        let output_tokens = if reported {
+            usage.completion_tokens
+        } else {
+            r.choices
+                .iter()
+                .filter_map(|c| c.token_ids.as_ref())
+                .map(|ids| ids.len() as u64)
+                .sum()
+        };
+        RequestResult {
+            ok: true,
+            error: None,
+            ttft: Some(e2e),
+            e2e,
+            output_tokens,
+            prompt_tokens: usage.prompt_tokens,
+            estimated: !reported,
+            itl: Vec::new(),
+        }
+    }
+}

@@ -2,6 +2,8 @@
 //! `LINGO_*` environment variable (command line wins), and `serve` layers both over
 //! `--config`.
 
+mod bench;
+mod demo;
 mod mock;
 mod serve;
 
@@ -24,12 +26,18 @@ pub enum Command {
     Serve(serve::ServeArgs),
     /// Run a simulated inference server (vLLM or SGLang) for tests, demos and benchmarks.
     Mock(mock::MockArgs),
+    /// Drive load in any client dialect: a concurrency sweep with throughput and latency.
+    Bench(bench::BenchArgs),
+    /// A mock vLLM, lingo in front of it, and an SGLang-dialect sweep through lingo.
+    Demo(demo::DemoArgs),
 }
 
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => serve::run(args).await,
         Command::Mock(args) => mock::run(args).await,
+        Command::Bench(args) => bench::run(args).await,
+        Command::Demo(args) => demo::run(args).await,
     }
 }
 

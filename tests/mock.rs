@@ -384,7 +384,12 @@ async fn completion_stream_matches_the_plain_response() {
         let mut texts = [String::new(), String::new()];
         let mut finished = [0, 0];
         for chunk in &chunks {
-            assert_eq!(keys(chunk), ["choices", "created", "id", "model", "object"]);
+            // `usage: null` on every chunk, as vLLM's exclude_unset=False serialisation has it.
+            assert_eq!(
+                keys(chunk),
+                ["choices", "created", "id", "model", "object", "usage"]
+            );
+            assert!(chunk["usage"].is_null());
             assert_eq!(chunk["object"], "text_completion");
             assert_eq!(chunk["id"], chunks[0]["id"]);
             let choice = &chunk["choices"][0];

@@ -23,8 +23,13 @@ pub enum Output {
     Encode(StreamEncoder),
     /// Passthrough: forward the upstream's bytes untouched.
     Raw,
-    /// Passthrough with a model alias: forward each event with `model` set back to the alias.
-    RewriteModel(String),
+    /// Passthrough, re-framed event by event: with `model` set back to the client's alias,
+    /// and/or without the usage chunk lingo asked for on the client's behalf (so the client
+    /// gets exactly the events it would have got without lingo).
+    Reframe {
+        alias: Option<String>,
+        strip_usage: bool,
+    },
 }
 
 struct State {
@@ -162,9 +167,14 @@ impl State {
         match &mut self.output {
             Output::Encode(enc) => enc.events(&self.events, out),
             Output::Raw => {}
-            Output::RewriteModel(alias) => {
-                let data = rewrite_model(&frame.data, alias);
-                write_sse(out, &data);
+            Output::Reframe { alias, strip_usage } => {
+                if *strip_usage && is_usage_only(&self.events) {
+                    return;
+                }
+                match alias {
+                    Some(a) => write_sse(out, &rewrite_model(&frame.data, a)),
+                    None => write_sse(out, &frame.data),
+                }
             }
         }
     }
@@ -196,7 +206,7 @@ impl State {
             Output::Encode(enc) => enc.error(&err, &mut out),
             // In passthrough the upstream's own bytes (its error event included) already went
             // out; lingo adds nothing in the upstream's framing.
-            Output::Raw | Output::RewriteModel(_) => {}
+            Output::Raw | Output::Reframe { .. } => {}
         }
         self.emit(out.freeze(), 0);
         let outcome = match err {
@@ -218,6 +228,15 @@ impl State {
         }));
         self.finished = true;
     }
+}
+
+/// Whether a frame's events are only the request's usage totals (OpenAI's `choices: []`
+/// usage chunk).
+fn is_usage_only(events: &[Event]) -> bool {
+    events.iter().any(|e| matches!(e, Event::Usage(_)))
+        && events
+            .iter()
+            .all(|e| matches!(e, Event::Usage(_) | Event::Start { .. }))
 }
 
 /// Set `model` in one JSON event back to the client's alias; other bytes stay as they were.

@@ -19,7 +19,6 @@ struct Envelope<'a, C> {
     created: u64,
     model: &'a str,
     choices: C,
-    #[serde(skip_serializing_if = "UsageSlot::is_absent")]
     usage: UsageSlot,
     #[serde(skip_serializing_if = "Option::is_none")]
     prompt_token_ids: Option<&'a [u32]>,

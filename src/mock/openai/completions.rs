@@ -18,7 +18,6 @@ struct Envelope<'a, C> {
     created: u64,
     model: &'a str,
     choices: C,
-    #[serde(skip_serializing_if = "UsageSlot::is_absent")]
     usage: UsageSlot,
 }
 

@@ -50,10 +50,10 @@ impl Ctx {
         if self.continuous_usage {
             let prompt = self.prompts.get(seq.prompt_idx).map_or(0, Prompt::len);
             UsageSlot::Some(self.usage(u64::from(prompt), to as u64))
-        } else if self.include_usage {
-            UsageSlot::Null
         } else {
-            UsageSlot::Absent
+            // vLLM and SGLang serialise chunks with `exclude_unset=False`: `"usage": null` is on
+            // every chunk whether or not usage was asked for (vLLM serving_completion.py).
+            UsageSlot::Null
         }
     }
 
@@ -133,21 +133,14 @@ pub(crate) struct Usage {
 
 /// A chunk's `usage`: absent unless usage was asked for, then `null` or cumulative counts.
 pub(crate) enum UsageSlot {
-    Absent,
     Null,
     Some(Usage),
-}
-
-impl UsageSlot {
-    pub fn is_absent(&self) -> bool {
-        matches!(self, UsageSlot::Absent)
-    }
 }
 
 impl Serialize for UsageSlot {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         match self {
-            UsageSlot::Absent | UsageSlot::Null => s.serialize_none(),
+            UsageSlot::Null => s.serialize_none(),
             UsageSlot::Some(u) => u.serialize(s),
         }
     }

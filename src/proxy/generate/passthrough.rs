@@ -21,6 +21,21 @@ struct Peek {
     model: Option<String>,
     #[serde(default)]
     stream: bool,
+    stream_options: Option<StreamOptions>,
+}
+
+#[derive(Deserialize)]
+struct StreamOptions {
+    include_usage: Option<bool>,
+}
+
+impl Peek {
+    /// An OpenAI stream without usage gives lingo no token counts: ask for them, and strip
+    /// the extra chunk from what the client receives.
+    fn needs_usage(&self, dialect: Dialect) -> bool {
+        let asked = self.stream_options.as_ref().and_then(|o| o.include_usage) == Some(true);
+        self.stream && !asked && dialect != Dialect::Sglang
+    }
 }
 
 pub async fn handle(
@@ -39,15 +54,19 @@ pub async fn handle(
     let alias = peek.model.as_deref().filter(|m| st.models.is_alias(m));
     let label_model = match &peek.model {
         Some(m) => Some(m.clone()),
-        None => st.models.default_model(),
+        // Only for the metric label; discovering the model once is worth it.
+        None => st.default_model().await.ok(),
     };
     let rec = respond::record(st, dialect, label_model.as_deref(), started);
-    let body = match alias {
-        Some(a) => match set_model(&body, st.models.resolve(a)) {
-            Ok(b) => b,
-            Err(e) => return respond::error(st, rec, dialect, &e),
-        },
-        None => body,
+    let strip_usage = peek.needs_usage(dialect);
+    let body = match (alias, strip_usage) {
+        (None, false) => body,
+        (alias, _) => {
+            match rewrite_request(&body, alias.map(|a| st.models.resolve(a)), strip_usage) {
+                Ok(b) => b,
+                Err(e) => return respond::error(st, rec, dialect, &e),
+            }
+        }
     };
     let sent = Instant::now();
     let fwd = forward_headers(headers);
@@ -60,9 +79,9 @@ pub async fn handle(
     let content_type = resp.content_type.clone().unwrap_or_else(respond::json);
     let alias = alias.map(str::to_string);
     if peek.stream && resp.status.is_success() {
-        let output = match alias {
-            Some(a) => Output::RewriteModel(a),
-            None => Output::Raw,
+        let output = match (alias, strip_usage) {
+            (None, false) => Output::Raw,
+            (alias, strip_usage) => Output::Reframe { alias, strip_usage },
         };
         let s = pipeline(
             resp.body,
@@ -114,10 +133,21 @@ fn summarize(dialect: Dialect, status: StatusCode, bytes: &[u8], sent: Instant) 
     s
 }
 
-/// Replace the request's `model` (an alias) with the upstream's name.
-fn set_model(body: &[u8], model: &str) -> Result<Bytes, ProxyError> {
+/// Replace the request's `model` (an alias) with the upstream's name, and ask for usage in
+/// the stream.
+fn rewrite_request(body: &[u8], model: Option<&str>, usage: bool) -> Result<Bytes, ProxyError> {
     let mut v: Value = decode_json(body)?;
-    v["model"] = Value::String(model.to_string());
+    if let Some(m) = model {
+        v["model"] = Value::String(m.to_string());
+    }
+    if usage {
+        match v.get_mut("stream_options").and_then(Value::as_object_mut) {
+            Some(o) => {
+                o.insert("include_usage".into(), Value::Bool(true));
+            }
+            None => v["stream_options"] = serde_json::json!({"include_usage": true}),
+        }
+    }
     serde_json::to_vec(&v)
         .map(Bytes::from)
         .map_err(|e| ProxyError::Internal(e.to_string()))

@@ -1,0 +1,279 @@
+//! Metrics, checked by scraping `/metrics` after driving known traffic through lingo: the
+//! mock knows the truth (its own token counters), lingo must agree exactly.
+
+#![allow(clippy::unwrap_used)] // a panic in a test is a failed test
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use common::*;
+use lingo::mock::MockKind;
+use lingo::upstream::KindSetting;
+use serde_json::{json, Value};
+
+/// Parse exposition lines `name{labels} value` into (name, labels, value).
+fn samples(text: &str) -> Vec<(String, BTreeMap<String, String>, f64)> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .filter_map(|l| {
+            let (head, value) = l.rsplit_once(' ')?;
+            let (name, labels) = match head.split_once('{') {
+                Some((n, rest)) => (n, rest.trim_end_matches('}')),
+                None => (head, ""),
+            };
+            let labels = labels
+                .split("\",")
+                .filter(|p| !p.is_empty())
+                .filter_map(|p| {
+                    let (k, v) = p.split_once("=\"")?;
+                    Some((k.to_string(), v.trim_end_matches('"').to_string()))
+                })
+                .collect();
+            Some((name.to_string(), labels, value.parse().ok()?))
+        })
+        .collect()
+}
+
+/// Sum of a metric over the samples whose labels include all of `want`.
+fn sum(text: &str, name: &str, want: &[(&str, &str)]) -> f64 {
+    samples(text)
+        .into_iter()
+        .filter(|(n, labels, _)| {
+            n == name
+                && want
+                    .iter()
+                    .all(|(k, v)| labels.get(*k).map(String::as_str) == Some(*v))
+        })
+        .map(|(_, _, v)| v)
+        .sum()
+}
+
+async fn scrape(base: &str) -> String {
+    client()
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
+fn request(dialect: &str, stream: bool, max: u64) -> (&'static str, Value) {
+    match dialect {
+        "sglang" => (
+            "/generate",
+            json!({"text": "a b c d", "stream": stream,
+            "sampling_params": {"max_new_tokens": max, "ignore_eos": true}}),
+        ),
+        "openai-completions" => (
+            "/v1/completions",
+            json!({"model": "mock-model",
+            "prompt": "a b c d", "max_tokens": max, "ignore_eos": true, "stream": stream}),
+        ),
+        _ => (
+            "/v1/chat/completions",
+            json!({"model": "mock-model", "max_tokens": max,
+            "messages": [{"role": "user", "content": "a b c d"}], "ignore_eos": true,
+            "stream": stream}),
+        ),
+    }
+}
+
+#[tokio::test]
+async fn token_totals_per_dialect_match_the_upstream() {
+    for kind in [MockKind::Vllm, MockKind::Sglang] {
+        let mock = mock(kind).await;
+        let base = lingo(config_for(&mock.url(), kind_setting(kind))).await;
+        let dialects = ["sglang", "openai-completions", "openai-chat"];
+        for (i, d) in dialects.iter().enumerate() {
+            for stream in [false, true] {
+                let max = 3 + i as u64;
+                let (path, body) = request(d, stream, max);
+                let r = client()
+                    .post(format!("{base}{path}"))
+                    .json(&body)
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(r.status(), 200);
+                r.text().await.unwrap();
+            }
+        }
+        let text = scrape(&base).await;
+        let stats = mock.state.stats();
+        let mut total = 0.0;
+        for (i, d) in dialects.iter().enumerate() {
+            let want = [("dialect", *d), ("model", "mock-model"), ("outcome", "ok")];
+            let gen = sum(&text, "lingo_generation_tokens_total", &want[..2]);
+            assert_eq!(gen, 2.0 * (3 + i) as f64, "{kind:?} {d}: generation tokens");
+            assert_eq!(
+                sum(&text, "lingo_requests_total", &want),
+                2.0,
+                "{kind:?} {d}"
+            );
+            let ttft = sum(&text, "lingo_time_to_first_token_seconds_count", &want[..2]);
+            assert_eq!(ttft, 2.0, "{kind:?} {d}: one TTFT per request");
+            let itl = sum(&text, "lingo_inter_token_latency_seconds_count", &want[..2]);
+            // Only the streamed request has gaps: N-1 token-weighted ones.
+            assert_eq!(itl, (2 + i) as f64, "{kind:?} {d}: token-weighted gaps");
+            total += gen;
+        }
+        assert_eq!(
+            total, stats.completion_tokens as f64,
+            "{kind:?}: lingo agrees with the mock"
+        );
+        let prompt = sum(&text, "lingo_prompt_tokens_total", &[]);
+        assert_eq!(
+            prompt, stats.prompt_tokens as f64,
+            "{kind:?}: prompt tokens"
+        );
+        assert_eq!(sum(&text, "lingo_estimated_token_requests_total", &[]), 0.0);
+        assert_eq!(sum(&text, "lingo_requests_in_flight", &[]), 0.0);
+    }
+}
+
+/// Replace the per-response `id` and `created` values, which differ between any two requests.
+fn normalise(body: &str) -> String {
+    let mut out = Vec::new();
+    for e in sse_events(body) {
+        let mut e = e;
+        if let Some(o) = e.as_object_mut() {
+            o.insert("id".into(), json!("ID"));
+            o.insert("created".into(), json!(0));
+        }
+        out.push(e.to_string());
+    }
+    out.join("\n")
+}
+
+#[tokio::test]
+async fn injected_usage_chunk_is_removed_but_counted() {
+    for (path, dialect) in [
+        ("/v1/completions", "openai-completions"),
+        ("/v1/chat/completions", "openai-chat"),
+    ] {
+        let mock = mock(MockKind::Vllm).await;
+        let base = lingo(config_for(&mock.url(), KindSetting::Vllm)).await;
+        let (_, body) = request(dialect, true, 6);
+        let direct = client()
+            .post(format!("{}{path}", mock.url()))
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let via = client()
+            .post(format!("{base}{path}"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(
+            !direct.contains("\"completion_tokens\""),
+            "the client asked for no usage"
+        );
+        assert_eq!(
+            normalise(&via),
+            normalise(&direct),
+            "{dialect}: the client sees the upstream's stream"
+        );
+        // Byte for byte apart from the two per-response fields: same framing, same order.
+        assert_eq!(via.len(), direct.len(), "{dialect}");
+        let text = scrape(&base).await;
+        assert_eq!(
+            sum(
+                &text,
+                "lingo_generation_tokens_total",
+                &[("dialect", dialect)]
+            ),
+            6.0
+        );
+        // The mock saw the request twice (directly and through lingo).
+        let upstream_prompt = mock.state.stats().prompt_tokens as f64 / 2.0;
+        assert_eq!(
+            sum(&text, "lingo_prompt_tokens_total", &[("dialect", dialect)]),
+            upstream_prompt
+        );
+        assert_eq!(sum(&text, "lingo_estimated_token_requests_total", &[]), 0.0);
+    }
+}
+
+#[tokio::test]
+async fn a_thousand_model_names_leave_a_closed_label_set() {
+    // SGLang's OpenAI routes accept any model name, so every request succeeds.
+    let mock = mock(MockKind::Sglang).await;
+    let mut cfg = config_for(&mock.url(), KindSetting::Sglang);
+    cfg.models.insert("alias".into(), "mock-model".into());
+    let base = lingo(cfg).await;
+    let c = client();
+    for i in 0..1000 {
+        let body = json!({"model": format!("model-{i}"), "prompt": "a", "max_tokens": 1});
+        let r = c
+            .post(format!("{base}/v1/completions"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        r.bytes().await.unwrap();
+    }
+    let text = scrape(&base).await;
+    let models: BTreeSet<String> = samples(&text)
+        .into_iter()
+        .filter_map(|(_, labels, _)| labels.get("model").cloned())
+        .collect();
+    let allowed: BTreeSet<String> = ["alias", "mock-model", "other"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    assert!(
+        models.is_subset(&allowed),
+        "model labels leaked: {models:?}"
+    );
+    assert_eq!(
+        sum(&text, "lingo_requests_total", &[("model", "other")]),
+        1000.0
+    );
+}
+
+#[tokio::test]
+async fn errors_and_cancellations_are_counted_by_outcome() {
+    let mock = mock(MockKind::Vllm).await;
+    let base = lingo(config_for(&mock.url(), KindSetting::Vllm)).await;
+    let r = client()
+        .post(format!("{base}/generate"))
+        .body("{")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let r = client()
+        .post(format!("{base}/v1/completions"))
+        .json(&json!({"model": "nope", "prompt": "a"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    r.bytes().await.unwrap();
+    let text = scrape(&base).await;
+    assert_eq!(
+        sum(
+            &text,
+            "lingo_requests_total",
+            &[("outcome", "client_error")]
+        ),
+        2.0,
+        "{text}"
+    );
+    assert_eq!(
+        sum(&text, "lingo_errors_total", &[("kind", "invalid_request")]),
+        1.0
+    );
+}

@@ -277,3 +277,84 @@ async fn errors_and_cancellations_are_counted_by_outcome() {
         1.0
     );
 }
+
+#[tokio::test]
+async fn vllm_compatible_names_and_the_request_log() {
+    let mock = mock(MockKind::Vllm).await;
+    let dir = std::env::temp_dir().join(format!("lingo-log-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = dir.join("requests.jsonl");
+    let mut cfg = config_for(&mock.url(), KindSetting::Vllm);
+    cfg.metrics.compat = Some(lingo::config::MetricsCompat::Vllm);
+    cfg.metrics.request_log = Some(log.display().to_string());
+    let base = lingo(cfg).await;
+    for stream in [false, true] {
+        let (path, body) = request("sglang", stream, 5);
+        let r = client()
+            .post(format!("{base}{path}"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        r.text().await.unwrap();
+    }
+    let text = scrape(&base).await;
+    let m = [("model_name", "mock-model")];
+    assert_eq!(
+        sum(&text, "vllm:generation_tokens_total", &m),
+        10.0,
+        "{text}"
+    );
+    assert_eq!(sum(&text, "vllm:prompt_tokens_total", &m), 8.0);
+    assert_eq!(
+        sum(
+            &text,
+            "vllm:request_success_total",
+            &[("finished_reason", "length"), m[0]]
+        ),
+        2.0
+    );
+    assert_eq!(
+        sum(&text, "vllm:time_to_first_token_seconds_count", &m),
+        2.0
+    );
+    assert_eq!(
+        sum(&text, "vllm:inter_token_latency_seconds_count", &m),
+        4.0
+    );
+    assert_eq!(
+        sum(&text, "vllm:e2e_request_latency_seconds_count", &m),
+        2.0
+    );
+    assert_eq!(sum(&text, "vllm:num_requests_running", &m), 0.0);
+    // The log is written off the request path: wait until both lines are there.
+    let mut lines = Vec::new();
+    for _ in 0..500 {
+        lines = std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect();
+        if lines.len() >= 2 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    for (line, stream) in lines.iter().zip([false, true]) {
+        let v: Value = serde_json::from_str(line).unwrap();
+        assert_eq!(v["dialect"], "sglang");
+        assert_eq!(v["model"], "mock-model");
+        assert_eq!(v["completion_tokens"], 5);
+        assert_eq!(v["prompt_tokens"], 4);
+        assert_eq!(v["outcome"], "ok");
+        assert_eq!(v["finish_reason"], "length");
+        assert_eq!(v["stream"], stream);
+        assert!(
+            v["request_id"].is_string()
+                && v["ttft"].as_f64().unwrap() <= v["e2e"].as_f64().unwrap()
+        );
+        assert!(!line.contains("a b c d"), "no prompt text in the log");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

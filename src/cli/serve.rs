@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::Args;
 
-use lingo::config::Config;
+use lingo::config::{Config, MetricsCompat};
 use lingo::upstream::KindSetting;
 
 #[derive(Debug, Args)]
@@ -29,6 +29,15 @@ pub struct ServeArgs {
     /// Model for requests that name none (SGLang /generate) [default: the upstream's first].
     #[arg(long, env = "LINGO_MODEL")]
     pub model: Option<String>,
+    /// Also serve /metrics on this address.
+    #[arg(long, env = "LINGO_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
+    /// Also export another server's metric names: vllm.
+    #[arg(long, env = "LINGO_METRICS_COMPAT")]
+    pub metrics_compat: Option<MetricsCompat>,
+    /// Write one JSON line per request to this file (- for stdout).
+    #[arg(long, env = "LINGO_REQUEST_LOG")]
+    pub request_log: Option<String>,
 }
 
 impl ServeArgs {
@@ -52,6 +61,15 @@ impl ServeArgs {
         }
         if let Some(v) = &self.model {
             c.upstream.model = Some(v.clone());
+        }
+        if let Some(v) = self.metrics_listen {
+            c.metrics.listen = Some(v);
+        }
+        if let Some(v) = self.metrics_compat {
+            c.metrics.compat = Some(v);
+        }
+        if let Some(v) = &self.request_log {
+            c.metrics.request_log = Some(v.clone());
         }
         c.validate()?;
         Ok(c)

@@ -42,6 +42,37 @@ pub struct Config {
     /// in the response.
     pub models: BTreeMap<String, String>,
     pub timeouts: Timeouts,
+    pub metrics: MetricsConfig,
+}
+
+/// Extra metric names to export beside lingo's own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MetricsCompat {
+    /// vLLM's names, buckets and `model_name` label, for vLLM's Grafana dashboards.
+    Vllm,
+}
+
+impl std::str::FromStr for MetricsCompat {
+    type Err = String;
+    fn from_str(s: &str) -> Result<MetricsCompat, String> {
+        match s {
+            "vllm" => Ok(MetricsCompat::Vllm),
+            other => Err(format!("unknown metrics compat `{other}` (vllm)")),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MetricsConfig {
+    /// Also serve `/metrics` on this address (it is always on the proxy's own port too).
+    /// Default: unset.
+    pub listen: Option<SocketAddr>,
+    /// Also export another server's metric names. Default: unset.
+    pub compat: Option<MetricsCompat>,
+    /// Write one JSON line per request to this file (`-` for standard output). Default: unset.
+    pub request_log: Option<String>,
 }
 
 impl Default for Config {
@@ -51,6 +82,7 @@ impl Default for Config {
             upstream: UpstreamConfig::default(),
             models: BTreeMap::new(),
             timeouts: Timeouts::default(),
+            metrics: MetricsConfig::default(),
         }
     }
 }
@@ -146,6 +178,12 @@ impl Config {
             if alias.is_empty() || target.is_empty() {
                 return Err(invalid("models", "alias and target must be non-empty"));
             }
+        }
+        if self.metrics.listen == Some(self.listen) {
+            return Err(invalid("metrics.listen", "must differ from listen"));
+        }
+        if self.metrics.request_log.as_deref() == Some("") {
+            return Err(invalid("metrics.request_log", "must be a path or -"));
         }
         let t = &self.timeouts;
         for (key, d) in [

@@ -5,10 +5,13 @@
 //! first token, every later token, the end, an error, or the client dropping the stream.
 
 pub mod body;
+mod log;
 mod names;
 mod record;
+mod vllm;
 
 pub use body::{Emit, MeteredBody, Summary};
+pub use log::{LogLine, LogTarget, RequestLog};
 pub use record::{Labels, Outcome, RequestRecord};
 
 use prometheus::{
@@ -34,6 +37,8 @@ pub struct Metrics {
     upstream_headers: HistogramVec,
     overhead: HistogramVec,
     in_flight: IntGaugeVec,
+    vllm: Option<vllm::VllmCompat>,
+    log: Option<RequestLog>,
 }
 
 fn counter(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -95,8 +100,22 @@ impl Metrics {
                 OVERHEAD_BUCKETS,
             ),
             in_flight,
+            vllm: None,
+            log: None,
             registry: r,
         }
+    }
+
+    /// Also export vLLM's metric names and buckets (`--metrics-compat vllm`).
+    pub fn with_vllm_compat(mut self) -> Metrics {
+        self.vllm = Some(vllm::VllmCompat::register(&self.registry));
+        self
+    }
+
+    /// Also write one JSON line per finished request.
+    pub fn with_log(mut self, log: RequestLog) -> Metrics {
+        self.log = Some(log);
+        self
     }
 
     /// Prometheus text exposition of everything registered.
@@ -109,8 +128,11 @@ impl Metrics {
         String::from_utf8(out).unwrap_or_default()
     }
 
-    pub fn request_started(&self, upstream: &str) {
-        self.in_flight.with_label_values(&[upstream]).inc();
+    pub fn request_started(&self, labels: &Labels) {
+        self.in_flight.with_label_values(&[&labels.upstream]).inc();
+        if let Some(v) = &self.vllm {
+            v.started(&labels.model);
+        }
     }
 
     /// Record one finished (or failed, or cancelled) request.
@@ -165,6 +187,12 @@ impl Metrics {
                 .with_label_values(&[l.dialect, &l.upstream])
                 .observe(o);
         }
+        if let Some(v) = &self.vllm {
+            v.finished(r);
+        }
+        if let Some(log) = &self.log {
+            log.record(r);
+        }
     }
 
     pub fn observe_ttft(&self, r: &RequestRecord, seconds: f64) {
@@ -172,6 +200,9 @@ impl Metrics {
         self.ttft
             .with_label_values(&[l.dialect, &l.upstream, &l.model])
             .observe(seconds);
+        if let Some(v) = &self.vllm {
+            v.ttft(&l.model, seconds);
+        }
     }
 
     /// A chunk of `tokens` tokens arrived `gap` seconds after the previous one: `tokens`
@@ -184,6 +215,9 @@ impl Metrics {
         let each = gap / f64::from(tokens.max(1));
         for _ in 0..tokens {
             h.observe(each);
+        }
+        if let Some(v) = &self.vllm {
+            v.itl(&l.model, each, tokens);
         }
     }
 }

@@ -38,6 +38,12 @@ pub struct Labels {
 pub struct RequestRecord {
     pub labels: Labels,
     pub started: Instant,
+    /// Wall-clock arrival, Unix seconds (for the request log).
+    pub arrived_unix: f64,
+    pub request_id: Option<String>,
+    /// The model as the client named it (the label may be `other`; the log keeps the name).
+    pub model: Option<String>,
+    pub stream: bool,
     pub first_token: Option<Instant>,
     pub last_token: Option<Instant>,
     pub tokens: u64,
@@ -54,9 +60,18 @@ pub struct RequestRecord {
 
 impl RequestRecord {
     pub fn new(labels: Labels, started: Instant) -> RequestRecord {
+        let arrived_unix = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs_f64())
+            .unwrap_or(0.0)
+            - started.elapsed().as_secs_f64();
         RequestRecord {
             labels,
             started,
+            arrived_unix,
+            request_id: None,
+            model: None,
+            stream: false,
             first_token: None,
             last_token: None,
             tokens: 0,

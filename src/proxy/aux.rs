@@ -173,3 +173,19 @@ async fn metrics(State(st): St) -> Response {
     )
         .into_response()
 }
+
+/// A router with only `/metrics`, for `metrics.listen`.
+pub fn metrics_only(metrics: Arc<crate::metrics::Metrics>) -> Router {
+    Router::new().route(
+        "/metrics",
+        get(move || {
+            let m = metrics.clone();
+            async move {
+                (
+                    [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+                    m.render(),
+                )
+            }
+        }),
+    )
+}

@@ -20,7 +20,13 @@ use crate::metrics::Metrics;
 
 /// The proxy as a router: what `lingo serve` runs and what tests drive.
 pub fn app(config: Config) -> Router {
-    app_with_metrics(config, Arc::new(Metrics::new()))
+    // `serve` reports a request log that cannot be opened as an error; a router built for a
+    // test goes on without it.
+    let metrics = build_metrics(&config).unwrap_or_else(|e| {
+        tracing::error!(error = %e, "request log unavailable");
+        Metrics::new()
+    });
+    app_with_metrics(config, Arc::new(metrics))
 }
 
 pub fn app_with_metrics(config: Config, metrics: Arc<Metrics>) -> Router {
@@ -55,14 +61,35 @@ pub fn router(state: Arc<AppState>) -> Router {
     )
 }
 
+/// Metrics as configured: lingo's own, plus compat names and the request log if asked.
+pub fn build_metrics(config: &Config) -> std::io::Result<Metrics> {
+    let mut m = Metrics::new();
+    if config.metrics.compat == Some(crate::config::MetricsCompat::Vllm) {
+        m = m.with_vllm_compat();
+    }
+    if let Some(target) = &config.metrics.request_log {
+        m = m.with_log(crate::metrics::RequestLog::start(
+            crate::metrics::LogTarget::parse(target),
+        )?);
+    }
+    Ok(m)
+}
+
 /// Run the proxy on a bound listener until `shutdown` resolves.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     config: Config,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let state = Arc::new(AppState::new(config, Arc::new(Metrics::new())));
+    let metrics = Arc::new(build_metrics(&config)?);
+    let metrics_listen = config.metrics.listen;
+    let state = Arc::new(AppState::new(config, metrics.clone()));
     state.warm_up().await;
+    if let Some(addr) = metrics_listen {
+        let l = tokio::net::TcpListener::bind(addr).await?;
+        tracing::info!(%addr, "metrics");
+        tokio::spawn(async move { axum::serve(l, aux::metrics_only(metrics)).await });
+    }
     use axum::serve::ListenerExt;
     // Streams are many small writes: Nagle's algorithm would hold tokens back.
     let listener = listener.tap_io(|tcp| {

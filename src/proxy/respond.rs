@@ -13,20 +13,36 @@ use crate::dialect::Dialect;
 use crate::error::{ProxyError, Source};
 use crate::metrics::{Emit, Labels, MeteredBody, Outcome, RequestRecord, Summary};
 
+/// When a request arrived, and the id the request-id layer gave it.
+pub struct Arrival {
+    pub started: Instant,
+    pub request_id: Option<String>,
+}
+
+impl Arrival {
+    pub fn new(headers: &http::HeaderMap) -> Arrival {
+        Arrival {
+            started: Instant::now(),
+            request_id: headers
+                .get("x-request-id")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string),
+        }
+    }
+}
+
 /// Open the record of one request (counts it in flight until its body ends or drops).
-pub fn record(
-    st: &AppState,
-    dialect: Dialect,
-    model: Option<&str>,
-    started: Instant,
-) -> RequestRecord {
+pub fn record(st: &AppState, dialect: Dialect, model: Option<&str>, at: &Arrival) -> RequestRecord {
     let labels = Labels {
         dialect: dialect.label(),
         upstream: st.upstream_name().to_string(),
         model: model.map_or_else(|| "other".to_string(), |m| st.models.label(m)),
     };
-    st.metrics.request_started(&labels.upstream);
-    RequestRecord::new(labels, started)
+    st.metrics.request_started(&labels);
+    let mut rec = RequestRecord::new(labels, at.started);
+    rec.request_id = at.request_id.clone();
+    rec.model = model.map(str::to_string);
+    rec
 }
 
 pub fn stream<S>(st: &AppState, record: RequestRecord, content_type: HeaderValue, s: S) -> Response

@@ -5,7 +5,6 @@ mod passthrough;
 mod translate;
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use axum::extract::State;
 use axum::response::Response;
@@ -22,18 +21,18 @@ pub async fn handle(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let started = Instant::now();
+    let at = respond::Arrival::new(&headers);
     let kind = match st.kind().await {
         Ok(k) => k,
         Err(e) => {
-            let rec = respond::record(&st, dialect, None, started);
+            let rec = respond::record(&st, dialect, None, &at);
             return respond::error(&st, rec, dialect, &e);
         }
     };
     match kind.route(dialect) {
-        Route::Passthrough => passthrough::handle(&st, dialect, &headers, body, started).await,
+        Route::Passthrough => passthrough::handle(&st, dialect, &headers, body, at).await,
         Route::Translate(target) => {
-            translate::handle(&st, dialect, target, &headers, body, started).await
+            translate::handle(&st, dialect, target, &headers, body, at).await
         }
     }
 }

@@ -43,13 +43,11 @@ pub async fn handle(
     dialect: Dialect,
     headers: &HeaderMap,
     body: Bytes,
-    started: Instant,
+    at: respond::Arrival,
 ) -> Response {
     let peek: Peek = match decode_json(&body) {
         Ok(p) => p,
-        Err(e) => {
-            return respond::error(st, respond::record(st, dialect, None, started), dialect, &e)
-        }
+        Err(e) => return respond::error(st, respond::record(st, dialect, None, &at), dialect, &e),
     };
     let alias = peek.model.as_deref().filter(|m| st.models.is_alias(m));
     let label_model = match &peek.model {
@@ -57,7 +55,8 @@ pub async fn handle(
         // Only for the metric label; discovering the model once is worth it.
         None => st.default_model().await.ok(),
     };
-    let rec = respond::record(st, dialect, label_model.as_deref(), started);
+    let mut rec = respond::record(st, dialect, label_model.as_deref(), &at);
+    rec.stream = peek.stream;
     let strip_usage = peek.needs_usage(dialect);
     let body = match (alias, strip_usage) {
         (None, false) => body,
@@ -74,7 +73,6 @@ pub async fn handle(
         Ok(r) => r,
         Err(e) => return respond::error(st, rec, dialect, &e),
     };
-    let mut rec = rec;
     rec.upstream_headers = Some(sent.elapsed());
     let content_type = resp.content_type.clone().unwrap_or_else(respond::json);
     let alias = alias.map(str::to_string);

@@ -22,22 +22,19 @@ pub async fn handle(
     target: Dialect,
     headers: &HeaderMap,
     body: Bytes,
-    started: Instant,
+    at: respond::Arrival,
 ) -> Response {
     let mut req = match client.decode_request(&body) {
         Ok(r) => r,
-        Err(e) => {
-            return respond::error(st, respond::record(st, client, None, started), client, &e)
-        }
+        Err(e) => return respond::error(st, respond::record(st, client, None, &at), client, &e),
     };
     let (resolved, from_discovery) = match resolve_model(st, &req).await {
         Ok(m) => m,
-        Err(e) => {
-            return respond::error(st, respond::record(st, client, None, started), client, &e)
-        }
+        Err(e) => return respond::error(st, respond::record(st, client, None, &at), client, &e),
     };
     let shown = req.model.clone().unwrap_or_else(|| resolved.clone());
-    let rec = respond::record(st, client, Some(&shown), started);
+    let mut rec = respond::record(st, client, Some(&shown), &at);
+    rec.stream = req.stream;
     req.model = Some(resolved);
     let ctx = Ctx::new(&req, response_id(client, &req), shown);
     let fwd = forward_headers(headers);
@@ -46,7 +43,6 @@ pub async fn handle(
         Ok(r) => r,
         Err(e) => return respond::error(st, rec, client, &e),
     };
-    let mut rec = rec;
     rec.upstream_headers = Some(sent.elapsed());
     if req.stream {
         let enc = client.stream_encoder(ctx);

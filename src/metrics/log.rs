@@ -1,0 +1,115 @@
+//! The request log: one JSON line per finished request, written off the request path.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use serde::Serialize;
+use tokio::sync::mpsc;
+
+use super::RequestRecord;
+
+/// Where request records go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LogTarget {
+    Stdout,
+    File(PathBuf),
+}
+
+impl LogTarget {
+    /// `-` is standard output, anything else a file path (appended to).
+    pub fn parse(s: &str) -> LogTarget {
+        match s {
+            "-" | "stdout" => LogTarget::Stdout,
+            path => LogTarget::File(PathBuf::from(path)),
+        }
+    }
+}
+
+/// One request, as logged. No prompt or completion text.
+#[derive(Debug, Serialize)]
+pub struct LogLine<'a> {
+    /// Unix time the request arrived, in seconds.
+    pub time: f64,
+    pub request_id: Option<&'a str>,
+    pub dialect: &'a str,
+    pub upstream: &'a str,
+    pub model: Option<&'a str>,
+    pub stream: bool,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub tokens_estimated: bool,
+    pub ttft: Option<f64>,
+    pub e2e: Option<f64>,
+    pub outcome: &'a str,
+    pub finish_reason: Option<&'a str>,
+    pub error_kind: Option<&'a str>,
+}
+
+impl<'a> LogLine<'a> {
+    pub fn from_record(r: &'a RequestRecord) -> LogLine<'a> {
+        LogLine {
+            time: r.arrived_unix,
+            request_id: r.request_id.as_deref(),
+            dialect: r.labels.dialect,
+            upstream: &r.labels.upstream,
+            model: r.model.as_deref(),
+            stream: r.stream,
+            prompt_tokens: r.prompt_tokens,
+            completion_tokens: r.tokens,
+            tokens_estimated: r.estimated,
+            ttft: r.ttft(),
+            e2e: r
+                .e2e()
+                .or_else(|| r.ended.map(|e| (e - r.started).as_secs_f64())),
+            outcome: r.outcome.label(),
+            finish_reason: r.finish,
+            error_kind: r.error_kind,
+        }
+    }
+}
+
+/// A bounded queue to a writer task: logging never blocks a response; when the writer falls
+/// behind, lines are dropped and counted.
+pub struct RequestLog {
+    tx: mpsc::Sender<String>,
+    dropped: std::sync::atomic::AtomicU64,
+}
+
+impl RequestLog {
+    /// Open the target and start its writer task (needs a Tokio runtime).
+    pub fn start(target: LogTarget) -> std::io::Result<RequestLog> {
+        let mut sink: Box<dyn Write + Send> = match &target {
+            LogTarget::Stdout => Box::new(std::io::stdout()),
+            LogTarget::File(p) => Box::new(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(p)?,
+            ),
+        };
+        let (tx, mut rx) = mpsc::channel::<String>(8192);
+        tokio::task::spawn_blocking(move || {
+            while let Some(line) = rx.blocking_recv() {
+                let ok = sink.write_all(line.as_bytes()).is_ok() && sink.flush().is_ok();
+                if !ok {
+                    break;
+                }
+            }
+        });
+        Ok(RequestLog {
+            tx,
+            dropped: std::sync::atomic::AtomicU64::new(0),
+        })
+    }
+
+    pub fn record(&self, r: &RequestRecord) {
+        let Ok(mut line) = serde_json::to_string(&LogLine::from_record(r)) else {
+            return;
+        };
+        line.push('\n');
+        if self.tx.try_send(line).is_err() {
+            self.dropped
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+}

@@ -38,6 +38,9 @@ pub struct ServeArgs {
     /// Write one JSON line per request to this file (- for stdout).
     #[arg(long, env = "LINGO_REQUEST_LOG")]
     pub request_log: Option<String>,
+    /// Record no metrics (to measure their cost).
+    #[arg(long, env = "LINGO_NO_METRICS")]
+    pub no_metrics: bool,
 }
 
 impl ServeArgs {
@@ -67,6 +70,9 @@ impl ServeArgs {
         }
         if let Some(v) = self.metrics_compat {
             c.metrics.compat = Some(v);
+        }
+        if self.no_metrics {
+            c.metrics.disabled = true;
         }
         if let Some(v) = &self.request_log {
             c.metrics.request_log = Some(v.clone());

@@ -66,6 +66,8 @@ impl std::str::FromStr for MetricsCompat {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct MetricsConfig {
+    /// Record no metrics at all (to measure what they cost). Default false.
+    pub disabled: bool,
     /// Also serve `/metrics` on this address (it is always on the proxy's own port too).
     /// Default: unset.
     pub listen: Option<SocketAddr>,

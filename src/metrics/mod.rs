@@ -39,6 +39,8 @@ pub struct Metrics {
     in_flight: IntGaugeVec,
     vllm: Option<vllm::VllmCompat>,
     log: Option<RequestLog>,
+    /// Record nothing (`--no-metrics`, to measure what metrics cost).
+    off: bool,
 }
 
 fn counter(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -102,8 +104,15 @@ impl Metrics {
             in_flight,
             vllm: None,
             log: None,
+            off: false,
             registry: r,
         }
+    }
+
+    /// Record nothing; `/metrics` stays empty of samples.
+    pub fn disabled(mut self) -> Metrics {
+        self.off = true;
+        self
     }
 
     /// Also export vLLM's metric names and buckets (`--metrics-compat vllm`).
@@ -129,6 +138,9 @@ impl Metrics {
     }
 
     pub fn request_started(&self, labels: &Labels) {
+        if self.off {
+            return;
+        }
         self.in_flight.with_label_values(&[&labels.upstream]).inc();
         if let Some(v) = &self.vllm {
             v.started(&labels.model);
@@ -137,6 +149,9 @@ impl Metrics {
 
     /// Record one finished (or failed, or cancelled) request.
     pub fn request_finished(&self, r: &RequestRecord) {
+        if self.off {
+            return;
+        }
         let l = &r.labels;
         let model = [l.dialect, l.upstream.as_str(), l.model.as_str()];
         self.in_flight.with_label_values(&[&l.upstream]).dec();
@@ -196,6 +211,9 @@ impl Metrics {
     }
 
     pub fn observe_ttft(&self, r: &RequestRecord, seconds: f64) {
+        if self.off {
+            return;
+        }
         let l = &r.labels;
         self.ttft
             .with_label_values(&[l.dialect, &l.upstream, &l.model])
@@ -208,6 +226,9 @@ impl Metrics {
     /// A chunk of `tokens` tokens arrived `gap` seconds after the previous one: `tokens`
     /// observations of `gap / tokens` (token-weighted, so multi-token chunks don't inflate ITL).
     pub fn observe_itl(&self, r: &RequestRecord, gap: f64, tokens: u32) {
+        if self.off {
+            return;
+        }
         let l = &r.labels;
         let h = self
             .itl

@@ -64,6 +64,9 @@ pub fn router(state: Arc<AppState>) -> Router {
 /// Metrics as configured: lingo's own, plus compat names and the request log if asked.
 pub fn build_metrics(config: &Config) -> std::io::Result<Metrics> {
     let mut m = Metrics::new();
+    if config.metrics.disabled {
+        m = m.disabled();
+    }
     if config.metrics.compat == Some(crate::config::MetricsCompat::Vllm) {
         m = m.with_vllm_compat();
     }

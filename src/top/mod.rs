@@ -22,14 +22,14 @@ use crate::upstream::Client;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ScrapeError {
-    #[error("fetching {url}/metrics: {source}")]
+    #[error("fetching {url}/metrics")]
     Fetch { url: String, source: ProxyError },
     #[error("{url}/metrics answered HTTP {status}")]
     Status {
         url: String,
         status: http::StatusCode,
     },
-    #[error("reading {url}/metrics: {source}")]
+    #[error("reading {url}/metrics")]
     Parse { url: String, source: ParseError },
 }
 

@@ -9,4 +9,5 @@ pub mod mock;
 pub mod model;
 pub mod proxy;
 pub mod stream;
+pub mod top;
 pub mod upstream;

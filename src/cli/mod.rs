@@ -6,6 +6,7 @@ mod bench;
 mod demo;
 mod mock;
 mod serve;
+mod top;
 
 use clap::{Parser, Subcommand};
 
@@ -30,6 +31,8 @@ pub enum Command {
     Bench(bench::BenchArgs),
     /// A mock vLLM, lingo in front of it, and an SGLang-dialect sweep through lingo.
     Demo(demo::DemoArgs),
+    /// Watch a running lingo proxy: tokens/s, requests/s, TTFT and ITL, per model and dialect.
+    Top(top::TopArgs),
 }
 
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
@@ -38,6 +41,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Mock(args) => mock::run(args).await,
         Command::Bench(args) => bench::run(args).await,
         Command::Demo(args) => demo::run(args).await,
+        Command::Top(args) => top::run(args).await,
     }
 }
 

@@ -6,7 +6,7 @@
 
 pub mod body;
 mod log;
-mod names;
+pub mod names;
 mod record;
 mod vllm;
 

@@ -76,3 +76,16 @@ pub const TOKEN_BUCKETS: &[f64] = &[
 pub const OVERHEAD_BUCKETS: &[f64] = &[
     0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
 ];
+
+/// Series names that readers of `/metrics` (`lingo top`) match on.
+pub const TTFT_BUCKET: &str = "lingo_time_to_first_token_seconds_bucket";
+pub const ITL_BUCKET: &str = "lingo_inter_token_latency_seconds_bucket";
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn bucket_series_names_follow_their_histograms() {
+        assert_eq!(super::TTFT_BUCKET, format!("{}_bucket", super::TTFT.0));
+        assert_eq!(super::ITL_BUCKET, format!("{}_bucket", super::ITL.0));
+    }
+}

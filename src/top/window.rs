@@ -8,13 +8,13 @@ use super::parse::parse_value;
 use super::quantile::quantile;
 use super::snapshot::{Series, Snapshot};
 
-const REQUESTS: &str = "lingo_requests_total";
-const PROMPT_TOKENS: &str = "lingo_prompt_tokens_total";
-const GENERATION_TOKENS: &str = "lingo_generation_tokens_total";
-const ERRORS: &str = "lingo_errors_total";
-const TTFT_BUCKET: &str = "lingo_time_to_first_token_seconds_bucket";
-const ITL_BUCKET: &str = "lingo_inter_token_latency_seconds_bucket";
-const IN_FLIGHT: &str = "lingo_requests_in_flight";
+use crate::metrics::names::{self, ITL_BUCKET, TTFT_BUCKET};
+
+const REQUESTS: &str = names::REQUESTS.0;
+const PROMPT_TOKENS: &str = names::PROMPT_TOKENS.0;
+const GENERATION_TOKENS: &str = names::GENERATION_TOKENS.0;
+const ERRORS: &str = names::ERRORS.0;
+const IN_FLIGHT: &str = names::IN_FLIGHT.0;
 
 /// The series that carry `model` and `dialect` labels.
 const BROKEN_DOWN: &[&str] = &[

@@ -59,6 +59,12 @@ impl Dialect {
         }
     }
 
+    /// The path a request goes to on an upstream of this dialect (TGI streams on its own
+    /// route).
+    pub fn request_path(self, _stream: bool) -> &'static str {
+        self.path()
+    }
+
     pub fn framing(self) -> Framing {
         Framing::Sse
     }
@@ -110,6 +116,20 @@ impl Dialect {
         }
     }
 
+    /// The status an error gets in this dialect (TGI answers validation errors with 422).
+    pub fn error_status(self, err: &ProxyError) -> http::StatusCode {
+        match self {
+            Dialect::Sglang | Dialect::OpenaiCompletions | Dialect::OpenaiChat => err.status(),
+        }
+    }
+
+    /// Headers a whole response carries in this dialect (TGI's `x-prompt-tokens`, ...).
+    pub fn response_headers(self, _resp: &Response) -> Vec<(http::HeaderName, http::HeaderValue)> {
+        match self {
+            Dialect::Sglang | Dialect::OpenaiCompletions | Dialect::OpenaiChat => Vec::new(),
+        }
+    }
+
     /// Name a canonical field the way this client dialect spells it, for error messages.
     pub fn field_name(self, canonical: &str) -> String {
         match self {
@@ -135,6 +155,14 @@ impl Dialect {
             Dialect::Sglang => sglang::response::decode(body),
             Dialect::OpenaiCompletions => openai::completions::decode_response(body),
             Dialect::OpenaiChat => openai::chat::decode_response(body),
+        }
+    }
+
+    /// Token counts an upstream of this dialect puts in response headers (TGI's
+    /// `x-prompt-tokens` / `x-generated-tokens`), to complete what the body says.
+    pub fn usage_from_headers(self, _headers: &http::HeaderMap) -> Option<crate::model::Usage> {
+        match self {
+            Dialect::Sglang | Dialect::OpenaiCompletions | Dialect::OpenaiChat => None,
         }
     }
 

@@ -99,5 +99,5 @@ pub fn error(st: &AppState, record: RequestRecord, dialect: Dialect, err: &Proxy
         ..Summary::default()
     };
     let body = Bytes::from(dialect.error_body(err));
-    full(st, record, err.status(), json(), body, summary)
+    full(st, record, dialect.error_status(err), json(), body, summary)
 }

@@ -16,6 +16,7 @@ use crate::error::ProxyError;
 pub struct UpstreamResponse {
     pub status: StatusCode,
     pub content_type: Option<http::HeaderValue>,
+    pub headers: HeaderMap,
     pub body: Incoming,
 }
 
@@ -99,6 +100,7 @@ impl Client {
         Ok(UpstreamResponse {
             status: parts.status,
             content_type: parts.headers.get(header::CONTENT_TYPE).cloned(),
+            headers: parts.headers,
             body,
         })
     }

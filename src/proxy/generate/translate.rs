@@ -131,6 +131,7 @@ async fn whole(
     ctx: &Ctx,
     sent: Instant,
 ) -> Response {
+    let header_usage = target.usage_from_headers(&resp.headers);
     let decoded = match resp.bytes().await {
         Ok(bytes) => target.decode_response(&bytes),
         Err(e) => Err(e),
@@ -139,6 +140,9 @@ async fn whole(
         Ok(r) => r,
         Err(e) => return respond::error(st, rec, client, &e),
     };
+    if header_usage.is_some() {
+        out.usage = header_usage;
+    }
     out.fill_usage(ctx.n);
     let usage = out.usage.unwrap_or_default();
     let summary = Summary {

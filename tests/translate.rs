@@ -10,7 +10,7 @@ use std::path::Path;
 
 use bytes::BytesMut;
 use lingo::dialect::{Ctx, Dialect};
-use lingo::stream::framing::{Frame, FrameParser, Framing};
+use lingo::stream::framing::{Frame, FrameParser};
 use serde_json::Value;
 
 /// Fields that change from run to run.
@@ -120,8 +120,11 @@ fn run_stream(
         dec.frame(&frame, &mut evs).unwrap();
         enc.events(&evs, &mut out);
     }
+    let mut evs = Vec::new();
+    dec.close(&mut evs);
+    enc.events(&evs, &mut out);
     enc.end(&mut out);
-    let mut parser = FrameParser::new(Framing::Sse);
+    let mut parser = FrameParser::new(client.framing());
     let mut frames = Vec::new();
     parser.feed(&out, &mut frames);
     parser.finish(&mut frames);
@@ -130,6 +133,10 @@ fn run_stream(
         .map(|f| {
             let mut v = serde_json::from_slice(&f.data)
                 .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&f.data).into()));
+            // Named SSE events (Anthropic) repeat their name as the payload's `type`.
+            if let Some(name) = &f.event {
+                assert_eq!(v["type"].as_str(), Some(name.as_str()), "event name");
+            }
             strip(&mut v);
             v
         })

@@ -93,6 +93,12 @@ impl Target {
                     meter.event(&ev, at);
                 }
             }
+            if end {
+                decoder.close(&mut events);
+                for ev in events.drain(..) {
+                    meter.event(&ev, at);
+                }
+            }
             if end || meter.failed() {
                 return meter.finish(at);
             }

@@ -42,7 +42,8 @@ pub struct BenchConfig {
     pub model: Option<String>,
     /// Concurrency levels, run in this order, each a closed loop. Default `[1, 4, 16]`.
     pub concurrency: Vec<u32>,
-    /// Prompt length in tokens (chat: words, approximately tokens). Default 512.
+    /// Prompt length in tokens (exact as token ids; chat and text-only dialects: words,
+    /// approximately tokens). Default 512.
     pub input_len: u32,
     /// Output tokens per request, made exact by `ignore_eos`. Default 128.
     pub output_len: u32,

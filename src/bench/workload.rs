@@ -37,17 +37,12 @@ impl Workload {
     pub fn request(&self, key: u64) -> Request {
         let mut rng = SplitMix64(self.seed ^ key.wrapping_mul(0x9E37_79B9_7F4A_7C15));
         let prompt = if self.dialect.is_chat() {
-            let mut text = String::with_capacity(self.input_len as usize * 6);
-            for i in 0..self.input_len {
-                if i > 0 {
-                    text.push(' ');
-                }
-                text.push_str(WORDS[(rng.next() % WORDS.len() as u64) as usize]);
-            }
             Prompt::Chat(vec![Message {
                 role: Role::User,
-                content: Value::String(text),
+                content: Value::String(words(&mut rng, self.input_len)),
             }])
+        } else if !self.dialect.takes_token_ids() {
+            Prompt::Text(vec![words(&mut rng, self.input_len)])
         } else {
             let span = u64::from(ID_HIGH - ID_LOW);
             let ids = (0..self.input_len)
@@ -75,6 +70,18 @@ impl Workload {
             .map_err(|e| anyhow::anyhow!("encoding a {} request: {e}", self.dialect.label()))?;
         Ok(Bytes::from(body))
     }
+}
+
+/// `n` words, one token each in common vocabularies and in the mock.
+fn words(rng: &mut SplitMix64, n: u32) -> String {
+    let mut text = String::with_capacity(n as usize * 6);
+    for i in 0..n {
+        if i > 0 {
+            text.push(' ');
+        }
+        text.push_str(WORDS[(rng.next() % WORDS.len() as u64) as usize]);
+    }
+    text
 }
 
 /// A tiny deterministic generator (SplitMix64): the prompts depend on the seed only, never on

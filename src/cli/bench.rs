@@ -26,7 +26,8 @@ pub struct BenchArgs {
         default_value = "http://127.0.0.1:30000"
     )]
     pub url: String,
-    /// Client dialect to speak: sglang, openai-completions or openai-chat.
+    /// Client dialect to speak: sglang, openai-completions, openai-chat, anthropic or
+    /// vllm-legacy.
     #[arg(long, env = "LINGO_BENCH_DIALECT", default_value = "sglang", value_parser = parse_dialect)]
     pub dialect: Dialect,
     /// Model name (OpenAI dialects); default: the server's first model on /v1/models.

@@ -2,7 +2,7 @@
 
 use std::time::Instant;
 
-use crate::model::Request;
+use crate::model::{Prompt, Request};
 
 /// Facts about the client request that survive translation and shape the client's response.
 #[derive(Debug, Clone)]
@@ -22,6 +22,8 @@ pub struct Ctx {
     pub logprob_text: bool,
     /// The client asked for usage in the stream.
     pub stream_usage: bool,
+    /// Each prompt's text, when the client wants it in front of the outputs (`Request::echo`).
+    pub echo: Vec<String>,
 }
 
 impl Ctx {
@@ -37,6 +39,10 @@ impl Ctx {
             logprobs: req.logprobs,
             logprob_text: req.logprob_text,
             stream_usage: req.stream_usage,
+            echo: match (&req.prompt, req.echo) {
+                (Prompt::Text(texts), true) => texts.clone(),
+                _ => Vec::new(),
+            },
         }
     }
 

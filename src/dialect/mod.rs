@@ -5,8 +5,10 @@
 //! upstream side it encodes requests and decodes responses, streams and errors. No dialect
 //! converts into another directly. The codecs do no I/O.
 
+pub mod anthropic;
 pub mod openai;
 pub mod sglang;
+pub mod vllm_legacy;
 
 pub mod ctx;
 mod stream;
@@ -28,13 +30,19 @@ pub enum Dialect {
     OpenaiCompletions,
     /// OpenAI `POST /v1/chat/completions`.
     OpenaiChat,
+    /// Anthropic Messages `POST /v1/messages`.
+    Anthropic,
+    /// vLLM's legacy demo server `POST /generate` (`{"prompt": ...}` bodies).
+    VllmLegacy,
 }
 
 impl Dialect {
-    pub const ALL: [Dialect; 3] = [
+    pub const ALL: [Dialect; 5] = [
         Dialect::Sglang,
         Dialect::OpenaiCompletions,
         Dialect::OpenaiChat,
+        Dialect::Anthropic,
+        Dialect::VllmLegacy,
     ];
 
     /// A closed label for metrics and logs.
@@ -43,6 +51,8 @@ impl Dialect {
             Dialect::Sglang => "sglang",
             Dialect::OpenaiCompletions => "openai-completions",
             Dialect::OpenaiChat => "openai-chat",
+            Dialect::Anthropic => "anthropic",
+            Dialect::VllmLegacy => "vllm-legacy",
         }
     }
 
@@ -56,6 +66,8 @@ impl Dialect {
             Dialect::Sglang => "/generate",
             Dialect::OpenaiCompletions => "/v1/completions",
             Dialect::OpenaiChat => "/v1/chat/completions",
+            Dialect::Anthropic => "/v1/messages",
+            Dialect::VllmLegacy => "/generate",
         }
     }
 
@@ -66,16 +78,28 @@ impl Dialect {
     }
 
     pub fn framing(self) -> Framing {
-        Framing::Sse
+        match self {
+            Dialect::VllmLegacy => Framing::Ndjson,
+            _ => Framing::Sse,
+        }
     }
 
     pub fn stream_content_type(self) -> &'static str {
-        "text/event-stream"
+        match self {
+            // The real server sets none; its whole answers are JSON.
+            Dialect::VllmLegacy => "application/json",
+            _ => "text/event-stream",
+        }
     }
 
     /// Whether the dialect carries chat messages (rather than raw prompts).
     pub fn is_chat(self) -> bool {
-        matches!(self, Dialect::OpenaiChat)
+        matches!(self, Dialect::OpenaiChat | Dialect::Anthropic)
+    }
+
+    /// Whether the dialect can carry a prompt of token ids.
+    pub fn takes_token_ids(self) -> bool {
+        matches!(self, Dialect::Sglang | Dialect::OpenaiCompletions)
     }
 
     // ---- client side -------------------------------------------------------------------
@@ -86,6 +110,8 @@ impl Dialect {
             Dialect::Sglang => sglang::request::decode(body),
             Dialect::OpenaiCompletions => openai::completions::decode_request(body),
             Dialect::OpenaiChat => openai::chat::decode_request(body),
+            Dialect::Anthropic => anthropic::decode_request(body),
+            Dialect::VllmLegacy => vllm_legacy::decode_request(body),
         }
     }
 
@@ -95,6 +121,8 @@ impl Dialect {
             Dialect::Sglang => sglang::response::encode(resp, ctx),
             Dialect::OpenaiCompletions => openai::completions::encode_response(resp, ctx),
             Dialect::OpenaiChat => openai::chat::encode_response(resp, ctx),
+            Dialect::Anthropic => anthropic::encode_response(resp, ctx),
+            Dialect::VllmLegacy => vllm_legacy::encode_response(resp, ctx),
         }
     }
 
@@ -105,6 +133,8 @@ impl Dialect {
                 StreamEncoder::Completions(openai::completions::StreamEncoder::new(ctx))
             }
             Dialect::OpenaiChat => StreamEncoder::Chat(openai::chat::StreamEncoder::new(ctx)),
+            Dialect::Anthropic => StreamEncoder::Anthropic(anthropic::StreamEncoder::new(ctx)),
+            Dialect::VllmLegacy => StreamEncoder::VllmLegacy(vllm_legacy::StreamEncoder::new(ctx)),
         }
     }
 
@@ -113,20 +143,30 @@ impl Dialect {
         match self {
             Dialect::Sglang => sglang::error::encode(err),
             Dialect::OpenaiCompletions | Dialect::OpenaiChat => openai::error::encode(err),
+            Dialect::Anthropic => anthropic::error::encode(err),
+            Dialect::VllmLegacy => vllm_legacy::error::encode(err),
         }
     }
 
     /// The status an error gets in this dialect (TGI answers validation errors with 422).
     pub fn error_status(self, err: &ProxyError) -> http::StatusCode {
         match self {
-            Dialect::Sglang | Dialect::OpenaiCompletions | Dialect::OpenaiChat => err.status(),
+            Dialect::Sglang
+            | Dialect::OpenaiCompletions
+            | Dialect::OpenaiChat
+            | Dialect::VllmLegacy => err.status(),
+            Dialect::Anthropic => anthropic::error::status(err),
         }
     }
 
     /// Headers a whole response carries in this dialect (TGI's `x-prompt-tokens`, ...).
     pub fn response_headers(self, _resp: &Response) -> Vec<(http::HeaderName, http::HeaderValue)> {
         match self {
-            Dialect::Sglang | Dialect::OpenaiCompletions | Dialect::OpenaiChat => Vec::new(),
+            Dialect::Sglang
+            | Dialect::OpenaiCompletions
+            | Dialect::OpenaiChat
+            | Dialect::Anthropic
+            | Dialect::VllmLegacy => Vec::new(),
         }
     }
 
@@ -135,6 +175,8 @@ impl Dialect {
         match self {
             Dialect::Sglang => sglang::request::field_name(canonical),
             Dialect::OpenaiCompletions | Dialect::OpenaiChat => canonical.to_string(),
+            Dialect::Anthropic => anthropic::field_name(canonical),
+            Dialect::VllmLegacy => vllm_legacy::field_name(canonical),
         }
     }
 
@@ -146,6 +188,8 @@ impl Dialect {
             Dialect::Sglang => sglang::request::encode(req),
             Dialect::OpenaiCompletions => openai::completions::encode_request(req),
             Dialect::OpenaiChat => openai::chat::encode_request(req),
+            Dialect::Anthropic => anthropic::encode_request(req),
+            Dialect::VllmLegacy => vllm_legacy::encode_request(req),
         }
     }
 
@@ -155,6 +199,8 @@ impl Dialect {
             Dialect::Sglang => sglang::response::decode(body),
             Dialect::OpenaiCompletions => openai::completions::decode_response(body),
             Dialect::OpenaiChat => openai::chat::decode_response(body),
+            Dialect::Anthropic => anthropic::decode_response(body),
+            Dialect::VllmLegacy => vllm_legacy::decode_response(body),
         }
     }
 
@@ -162,7 +208,11 @@ impl Dialect {
     /// `x-prompt-tokens` / `x-generated-tokens`), to complete what the body says.
     pub fn usage_from_headers(self, _headers: &http::HeaderMap) -> Option<crate::model::Usage> {
         match self {
-            Dialect::Sglang | Dialect::OpenaiCompletions | Dialect::OpenaiChat => None,
+            Dialect::Sglang
+            | Dialect::OpenaiCompletions
+            | Dialect::OpenaiChat
+            | Dialect::Anthropic
+            | Dialect::VllmLegacy => None,
         }
     }
 
@@ -172,6 +222,8 @@ impl Dialect {
             Dialect::OpenaiCompletions | Dialect::OpenaiChat => {
                 StreamDecoder::Openai(openai::stream::Decoder::new(self.is_chat()))
             }
+            Dialect::Anthropic => StreamDecoder::Anthropic(anthropic::Decoder::default()),
+            Dialect::VllmLegacy => StreamDecoder::VllmLegacy(vllm_legacy::Decoder::default()),
         }
     }
 

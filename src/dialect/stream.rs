@@ -2,7 +2,7 @@
 
 use bytes::BytesMut;
 
-use super::{openai, sglang};
+use super::{anthropic, openai, sglang, vllm_legacy};
 use crate::error::ProxyError;
 use crate::model::Event;
 use crate::stream::framing::Frame;
@@ -12,6 +12,8 @@ pub enum StreamEncoder {
     Sglang(sglang::stream::Encoder),
     Completions(openai::completions::StreamEncoder),
     Chat(openai::chat::StreamEncoder),
+    Anthropic(anthropic::StreamEncoder),
+    VllmLegacy(vllm_legacy::StreamEncoder),
 }
 
 impl StreamEncoder {
@@ -21,6 +23,8 @@ impl StreamEncoder {
             StreamEncoder::Sglang(e) => e.events(events, out),
             StreamEncoder::Completions(e) => e.events(events, out),
             StreamEncoder::Chat(e) => e.events(events, out),
+            StreamEncoder::Anthropic(e) => e.events(events, out),
+            StreamEncoder::VllmLegacy(e) => e.events(events, out),
         }
     }
 
@@ -30,6 +34,8 @@ impl StreamEncoder {
             StreamEncoder::Sglang(e) => e.end(out),
             StreamEncoder::Completions(e) => e.end(out),
             StreamEncoder::Chat(e) => e.end(out),
+            StreamEncoder::Anthropic(e) => e.end(out),
+            StreamEncoder::VllmLegacy(e) => e.end(out),
         }
     }
 
@@ -40,6 +46,8 @@ impl StreamEncoder {
             StreamEncoder::Completions(_) | StreamEncoder::Chat(_) => {
                 openai::error::write_stream_error(err, out)
             }
+            StreamEncoder::Anthropic(e) => e.error(err, out),
+            StreamEncoder::VllmLegacy(e) => e.error(err, out),
         }
     }
 }
@@ -48,6 +56,8 @@ impl StreamEncoder {
 pub enum StreamDecoder {
     Sglang(sglang::stream::Decoder),
     Openai(openai::stream::Decoder),
+    Anthropic(anthropic::Decoder),
+    VllmLegacy(vllm_legacy::Decoder),
 }
 
 impl StreamDecoder {
@@ -55,6 +65,17 @@ impl StreamDecoder {
         match self {
             StreamDecoder::Sglang(d) => d.frame(frame, out),
             StreamDecoder::Openai(d) => d.frame(frame, out),
+            StreamDecoder::Anthropic(d) => d.frame(frame, out),
+            StreamDecoder::VllmLegacy(d) => d.frame(frame, out),
+        }
+    }
+
+    /// The upstream closed the connection: the events that implies, for streams whose end
+    /// is the close itself (vLLM's legacy server says nothing else).
+    pub fn close(&mut self, out: &mut Vec<Event>) {
+        match self {
+            StreamDecoder::VllmLegacy(d) => d.close(out),
+            StreamDecoder::Sglang(_) | StreamDecoder::Openai(_) | StreamDecoder::Anthropic(_) => {}
         }
     }
 }

@@ -114,6 +114,12 @@ pub struct Request {
     pub stream_usage: bool,
     /// Fill token text into logprob entries (SGLang `return_text_in_logprobs`).
     pub logprob_text: bool,
+    /// The client wants each prompt's text in front of its outputs (vLLM's legacy server
+    /// always does this). The client's encoder adds it from `Ctx`; upstreams are never asked.
+    pub echo: bool,
+    /// The last chat message is an assistant turn to continue rather than answer (Anthropic
+    /// prefill; vLLM's `continue_final_message`).
+    pub continue_final: bool,
     /// Fields the decoder did not interpret. Encoders of the same family may forward them.
     pub extra: Map<String, Value>,
 }
@@ -133,6 +139,8 @@ impl Request {
             request_id: None,
             stream_usage: false,
             logprob_text: false,
+            echo: false,
+            continue_final: false,
             extra: Map::new(),
         }
     }

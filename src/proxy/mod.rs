@@ -44,6 +44,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         )
         .route("/v1/completions", post(gen(Dialect::OpenaiCompletions)))
         .route("/v1/chat/completions", post(gen(Dialect::OpenaiChat)))
+        .route("/v1/messages", post(gen(Dialect::Anthropic)))
         .merge(aux::routes())
         .fallback(aux::not_found)
         .with_state(state);

@@ -129,6 +129,9 @@ impl State {
             self.write(frame, &mut out);
         }
         self.frames = frames;
+        if eof && failure.is_none() {
+            tokens += self.closed(&mut out);
+        }
         let bytes = if raw { data } else { out.freeze() };
         self.emit(bytes, tokens);
         match failure {
@@ -136,6 +139,21 @@ impl State {
             None if eof => self.end(),
             None => {}
         }
+    }
+
+    /// The upstream closed the connection: account for (and encode) what the decoder reads
+    /// into that, for streams that end by closing.
+    fn closed(&mut self, out: &mut BytesMut) -> u32 {
+        self.events.clear();
+        self.decoder.close(&mut self.events);
+        if self.events.is_empty() {
+            return 0;
+        }
+        let tokens = self.account();
+        if let Output::Encode(enc) = &mut self.output {
+            enc.events(&self.events, out);
+        }
+        tokens
     }
 
     fn upstream_error(&self) -> Option<String> {

@@ -56,7 +56,10 @@ impl Kind {
     pub fn serves(self, dialect: Dialect) -> bool {
         match self {
             Kind::Vllm => matches!(dialect, Dialect::OpenaiCompletions | Dialect::OpenaiChat),
-            Kind::Sglang => true,
+            Kind::Sglang => matches!(
+                dialect,
+                Dialect::Sglang | Dialect::OpenaiCompletions | Dialect::OpenaiChat
+            ),
         }
     }
 
@@ -94,5 +97,19 @@ mod tests {
         );
         assert_eq!(Kind::Sglang.route(Dialect::Sglang), Route::Passthrough);
         assert_eq!(Kind::Vllm.route(Dialect::OpenaiChat), Route::Passthrough);
+    }
+
+    #[test]
+    fn anthropic_goes_to_chat_and_vllm_legacy_to_completions() {
+        for kind in [Kind::Vllm, Kind::Sglang] {
+            assert_eq!(
+                kind.route(Dialect::Anthropic),
+                Route::Translate(Dialect::OpenaiChat)
+            );
+            assert_eq!(
+                kind.route(Dialect::VllmLegacy),
+                Route::Translate(Dialect::OpenaiCompletions)
+            );
+        }
     }
 }

@@ -76,6 +76,8 @@ fn response_id(client: Dialect, req: &Request) -> String {
         Dialect::Sglang => hex,
         Dialect::OpenaiCompletions => format!("cmpl-{hex}"),
         Dialect::OpenaiChat => format!("chatcmpl-{hex}"),
+        Dialect::Anthropic => format!("msg_{hex}"),
+        Dialect::VllmLegacy => hex,
     }
 }
 

@@ -95,6 +95,11 @@ pub fn encode_request(req: &Request) -> Result<Vec<u8>, ProxyError> {
     if let Some(id) = &req.request_id {
         m.insert("request_id".into(), json!(id));
     }
+    if req.continue_final {
+        // vLLM's and SGLang's way to continue the last assistant message (prefill).
+        m.insert("continue_final_message".into(), json!(true));
+        m.insert("add_generation_prompt".into(), json!(false));
+    }
     if req.stream {
         m.insert("stream".into(), json!(true));
         m.insert(

@@ -446,3 +446,22 @@ async fn metrics_count_the_upstreams_tokens() {
     assert!(line.ends_with(" 10"), "{line}");
     assert!(text.contains("lingo_time_to_first_token_seconds_count{dialect=\"sglang\""));
 }
+
+#[tokio::test]
+async fn generate_body_without_a_known_prompt_field_is_refused_with_what_was_expected() {
+    let (mock, base) = vllm_pair().await;
+    let r = client()
+        .post(format!("{base}/generate"))
+        .json(&json!({"text": "a", "inputs": "b"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let v: Value = r.json().await.unwrap();
+    let msg = v["message"].as_str().unwrap_or_default();
+    assert!(
+        msg.contains("`text` or `input_ids` (SGLang)") && msg.contains("`inputs` (TGI)"),
+        "{v}"
+    );
+    assert_eq!(mock.state.stats().requests, 0);
+}

@@ -233,6 +233,50 @@ impl Dialect {
     }
 }
 
+/// The top-level keys that tell `POST /generate` dialects apart.
+#[derive(serde::Deserialize)]
+struct GenerateShape {
+    text: Option<serde::de::IgnoredAny>,
+    input_ids: Option<serde::de::IgnoredAny>,
+    inputs: Option<serde::de::IgnoredAny>,
+    prompt: Option<serde::de::IgnoredAny>,
+}
+
+/// Which dialect a `POST /generate` body is: `text`/`input_ids` is SGLang, `inputs` is TGI,
+/// `prompt` is vLLM's legacy server. A body that matches none, or more than one, is refused
+/// with a message that says what was expected. (Malformed JSON is left to SGLang's decoder,
+/// whose error names the position.)
+pub fn generate_dialect(body: &[u8]) -> Result<Dialect, ProxyError> {
+    let Ok(shape) = serde_json::from_slice::<GenerateShape>(body) else {
+        return Ok(Dialect::Sglang);
+    };
+    let hits = [
+        (shape.text.is_some() || shape.input_ids.is_some(), "sglang"),
+        (shape.inputs.is_some(), "tgi"),
+        (shape.prompt.is_some(), "vllm-legacy"),
+    ];
+    let found: Vec<&str> = hits
+        .iter()
+        .filter(|(hit, _)| *hit)
+        .map(|(_, d)| *d)
+        .collect();
+    match found.as_slice() {
+        [one] => generate_dialect_named(one).ok_or_else(|| {
+            ProxyError::invalid("", format!("the {one} /generate dialect is not supported"))
+        }),
+        _ => Err(ProxyError::invalid(
+            "",
+            "ambiguous /generate body: expected exactly one of `text` or `input_ids` (SGLang), \
+             `inputs` (TGI), or `prompt` (vLLM's legacy server)",
+        )),
+    }
+}
+
+/// A `/generate` dialect by label, while not every one is compiled in.
+fn generate_dialect_named(label: &str) -> Option<Dialect> {
+    Dialect::parse(label)
+}
+
 /// Find the human message in any of the error shapes the servers use.
 pub fn error_message(body: &[u8]) -> String {
     let Ok(v) = serde_json::from_slice::<serde_json::Value>(body) else {

@@ -38,9 +38,10 @@ pub fn router(state: Arc<AppState>) -> Router {
     let body_timeout = state.config.timeouts.client_body;
     let gen = |d: Dialect| move |s, h, b| generate::handle(s, d, h, b);
     let routes = Router::new()
+        // Shared by SGLang, TGI and vLLM's legacy server: the body decides.
         .route(
             "/generate",
-            post(gen(Dialect::Sglang)).put(gen(Dialect::Sglang)),
+            post(generate::handle_generate).put(generate::handle_generate),
         )
         .route("/v1/completions", post(gen(Dialect::OpenaiCompletions)))
         .route("/v1/chat/completions", post(gen(Dialect::OpenaiChat)))

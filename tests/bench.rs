@@ -499,3 +499,59 @@ async fn openai_completions_against_the_mock_with_failures_and_without_streaming
     }
     assert_eq!(state.stats().requests, 26);
 }
+
+// ---- through lingo ---------------------------------------------------------------------
+
+/// A mock vLLM behind lingo; returns lingo's URL and the mock's state.
+async fn lingo_over_vllm() -> (String, Arc<MockState>) {
+    let (upstream, state) = mock(MockConfig::default()).await;
+    let mut config = lingo::config::Config::default();
+    config.upstream.url = upstream;
+    config.upstream.kind = lingo::upstream::KindSetting::Vllm;
+    let addr = serve(lingo::proxy::app(config)).await;
+    (format!("http://{addr}"), state)
+}
+
+#[tokio::test]
+async fn anthropic_messages_through_lingo() {
+    let (url, state) = lingo_over_vllm().await;
+    for stream in [true, false] {
+        let mut cfg = config(&url, Dialect::Anthropic);
+        cfg.stream = stream;
+        let levels = run(&cfg).await.unwrap();
+        for l in &levels {
+            assert_eq!(
+                (l.ok(), l.fail()),
+                (7, 0),
+                "stream={stream}: {:?}",
+                l.errors()
+            );
+        }
+        for r in all_results(&levels) {
+            // Exact output length (lingo's `ignore_eos` extension), the totals from
+            // `message_delta` (or the whole message's usage), the mock's chat template.
+            assert_eq!(
+                (r.output_tokens, r.prompt_tokens, r.estimated),
+                (16, 27, false),
+                "stream={stream}"
+            );
+        }
+    }
+    assert_eq!(state.stats().completion_tokens, 2 * 15 * 16);
+}
+
+#[tokio::test]
+async fn vllm_legacy_generate_through_lingo() {
+    let (url, state) = lingo_over_vllm().await;
+    let levels = run(&config(&url, Dialect::VllmLegacy)).await.unwrap();
+    for l in &levels {
+        assert_eq!((l.ok(), l.fail()), (7, 0), "{:?}", l.errors());
+        assert_eq!(l.total_tokens(), 7 * 16);
+    }
+    for r in all_results(&levels) {
+        // The dialect reports no counts: one token per cumulative line, marked estimated.
+        assert_eq!((r.output_tokens, r.estimated), (16, true));
+        assert_eq!(r.itl.len(), 15);
+    }
+    assert_eq!(state.stats().completion_tokens, 15 * 16);
+}

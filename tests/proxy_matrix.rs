@@ -14,7 +14,8 @@ use serde_json::{json, Value};
 const PROMPT: &str = "the quick brown fox jumps";
 const MAX: u64 = 9;
 
-/// What one answer said: text, completion tokens, finish reason (normalised).
+/// What one answer said: text, completion tokens, finish reason (normalised; empty for a
+/// dialect that never says, vLLM's legacy server).
 #[derive(Debug, PartialEq)]
 struct Seen {
     text: String,
@@ -116,6 +117,122 @@ fn openai_read(body: &str, stream: bool, content: fn(&Value) -> Option<&str>) ->
     seen
 }
 
+fn anthropic_request(stream: bool) -> Value {
+    // `ignore_eos` is lingo's extension of the Messages API (fixed output lengths).
+    json!({"model": "mock-model", "max_tokens": MAX, "stream": stream, "temperature": 0,
+           "system": "be brief", "messages": [{"role": "user", "content": PROMPT}],
+           "ignore_eos": true})
+}
+
+fn anthropic_finish(reason: &Value) -> String {
+    match reason.as_str().unwrap() {
+        "max_tokens" => "length".into(),
+        "end_turn" | "stop_sequence" => "stop".into(),
+        other => other.into(),
+    }
+}
+
+/// Anthropic's named events, in order: `(event name, payload)`; the name must repeat the
+/// payload's `type`.
+fn named_events(body: &str) -> Vec<(String, Value)> {
+    body.split("\n\n")
+        .filter(|b| !b.trim().is_empty())
+        .map(|block| {
+            let name = block
+                .lines()
+                .find_map(|l| l.strip_prefix("event: "))
+                .unwrap();
+            let data = block
+                .lines()
+                .find_map(|l| l.strip_prefix("data: "))
+                .unwrap();
+            let v: Value = serde_json::from_str(data).unwrap();
+            assert_eq!(
+                v["type"],
+                json!(name),
+                "event name and type differ: {block}"
+            );
+            (name.to_string(), v)
+        })
+        .collect()
+}
+
+fn anthropic_read(body: &str, stream: bool) -> Seen {
+    if !stream {
+        let v: Value = serde_json::from_str(body).unwrap();
+        assert_eq!(v["type"], "message");
+        assert!(v["id"].as_str().unwrap().starts_with("msg_"), "{v}");
+        assert!(v["usage"]["input_tokens"].as_u64().unwrap() > 0, "{v}");
+        return Seen {
+            text: v["content"][0]["text"].as_str().unwrap_or_default().into(),
+            tokens: v["usage"]["output_tokens"].as_u64().unwrap(),
+            finish: anthropic_finish(&v["stop_reason"]),
+        };
+    }
+    let events = named_events(body);
+    let names: Vec<&str> = events.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names[..3],
+        ["message_start", "content_block_start", "ping"],
+        "{names:?}"
+    );
+    assert_eq!(
+        names[names.len() - 3..],
+        ["content_block_stop", "message_delta", "message_stop"],
+        "{names:?}"
+    );
+    let start = &events[0].1["message"];
+    assert!(
+        start["usage"]["input_tokens"].as_u64().unwrap() > 0,
+        "{start}"
+    );
+    let text = events
+        .iter()
+        .filter(|(n, _)| n == "content_block_delta")
+        .map(|(_, v)| v["delta"]["text"].as_str().unwrap())
+        .collect();
+    let delta = &events[events.len() - 2].1;
+    Seen {
+        text,
+        tokens: delta["usage"]["output_tokens"].as_u64().unwrap(),
+        finish: anthropic_finish(&delta["delta"]["stop_reason"]),
+    }
+}
+
+fn vllm_legacy_request(stream: bool) -> Value {
+    json!({"prompt": PROMPT, "stream": stream, "max_tokens": MAX, "ignore_eos": true,
+           "temperature": 0})
+}
+
+/// `{"text": [prompt + output]}`, whole or as cumulative lines. The dialect reports no token
+/// counts: the mock's output tokens are words, so they are counted as words.
+fn vllm_legacy_read(body: &str, stream: bool) -> Seen {
+    let full = if stream {
+        let texts: Vec<String> = body
+            .split('\n')
+            .filter(|l| !l.is_empty())
+            .map(|l| {
+                let v: Value = serde_json::from_str(l).unwrap();
+                v["text"][0].as_str().unwrap().to_string()
+            })
+            .collect();
+        assert!(body.ends_with('\n'), "every line ends with a newline");
+        for w in texts.windows(2) {
+            assert!(w[1].starts_with(&w[0]), "not cumulative: {w:?}");
+        }
+        texts.last().unwrap().clone()
+    } else {
+        let v: Value = serde_json::from_str(body).unwrap();
+        v["text"][0].as_str().unwrap().to_string()
+    };
+    let text = full.strip_prefix(PROMPT).expect("the prompt comes first");
+    Seen {
+        text: text.to_string(),
+        tokens: text.split_whitespace().count() as u64,
+        finish: String::new(),
+    }
+}
+
 const ROWS: &[Row] = &[
     Row {
         name: "sglang",
@@ -140,6 +257,18 @@ const ROWS: &[Row] = &[
                     .or(c["delta"]["content"].as_str())
             })
         },
+    },
+    Row {
+        name: "anthropic",
+        path: "/v1/messages",
+        request: anthropic_request,
+        read: anthropic_read,
+    },
+    Row {
+        name: "vllm-legacy",
+        path: "/generate",
+        request: vllm_legacy_request,
+        read: vllm_legacy_read,
     },
 ];
 
@@ -176,8 +305,10 @@ async fn run_matrix(kind: MockKind) {
             let seen = (row.read)(&body, stream);
             requests += 1;
             assert_eq!(seen.tokens, MAX, "{what}: token count");
-            assert_eq!(seen.finish, "length", "{what}: finish reason");
-            if row.name != "openai-chat" {
+            if !seen.finish.is_empty() {
+                assert_eq!(seen.finish, "length", "{what}: finish reason");
+            }
+            if !matches!(row.name, "openai-chat" | "anthropic") {
                 assert_eq!(seen.text, expected_text, "{what}: text");
             } else {
                 assert!(!seen.text.is_empty(), "{what}: text");

@@ -62,6 +62,12 @@ fn notes(levels: &[LevelReport]) -> Vec<String> {
                  each in lingo's mock; a real tokenizer and its chat template differ."
                     .to_string(),
             );
+        } else if !l.dialect.takes_token_ids() {
+            notes.push(
+                "Note: input length is approximate: this dialect takes text, so the prompt is \
+                 that many words, one token each in lingo's mock; a real tokenizer differs."
+                    .to_string(),
+            );
         }
         if !l.stream {
             notes.push("Note: not streamed, so TTFT equals end-to-end latency.".to_string());

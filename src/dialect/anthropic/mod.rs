@@ -12,10 +12,14 @@
 //!   (`messages[1].content[0].type`). `cache_control` on a text block is a caching hint:
 //!   accepted and ignored, since vLLM and SGLang cache prompt prefixes on their own.
 //! - `metadata` carries a `user_id` Anthropic uses for abuse tracking; nothing upstream has a
-//!   use for it, so it is accepted and ignored. `service_tier` picks Anthropic capacity and is
-//!   accepted and ignored likewise. `tools`, `tool_choice` (other than `none`), `thinking`
-//!   (other than `disabled`), `output_config`, `container`, `mcp_servers` and
-//!   `context_management` are refused by name.
+//!   use for it, so it is accepted and ignored. So are the fields that ask nothing of the
+//!   generation: `service_tier`, `speed`, `inference_geo` (Anthropic capacity, speed mode and
+//!   region), `user_profile_id`, `workspace_id` (account attribution), the top-level
+//!   `cache_control` and `diagnostics` (the answer has no cache-miss report). `tools`,
+//!   `tool_choice` (other than `none`), `thinking` (other than `disabled`), `output_config`,
+//!   `container`, `mcp_servers` and `context_management` are refused by name.
+//! - Current SDKs (2.x) no longer offer `temperature`, `top_p` and `top_k` as arguments; the
+//!   API still takes them (clients send them through `extra_body`), and so does lingo.
 //! - `temperature` is 0 to 1 here (OpenAI's is 0 to 2, same meaning at the same value), so
 //!   larger values are a 400 as on Anthropic.
 //! - `ignore_eos` is a lingo extension (vLLM's name), so that `lingo bench --dialect anthropic`

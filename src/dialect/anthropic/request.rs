@@ -26,9 +26,6 @@ struct MessagesRequest {
     /// `{user_id}` for Anthropic's abuse tracking: accepted, not used.
     #[serde(rename = "metadata")]
     _metadata: Option<Map<String, Value>>,
-    /// Anthropic capacity tier: accepted, not used.
-    #[serde(rename = "service_tier")]
-    _service_tier: Option<String>,
     /// lingo extension (vLLM's name).
     ignore_eos: Option<bool>,
     tools: Option<Vec<Value>>,
@@ -37,6 +34,20 @@ struct MessagesRequest {
     #[serde(flatten)]
     extra: Map<String, Value>,
 }
+
+/// Fields of the Messages API that ask nothing of the generation itself, accepted and
+/// ignored: Anthropic's capacity tier, speed mode and region; account attribution; the
+/// top-level prompt-caching marker (vLLM and SGLang cache prefixes on their own); cache-miss
+/// diagnostics (the answer simply has none).
+const IGNORED: &[&str] = &[
+    "service_tier",
+    "speed",
+    "inference_geo",
+    "user_profile_id",
+    "workspace_id",
+    "cache_control",
+    "diagnostics",
+];
 
 /// Fields of the Messages API lingo knows and cannot carry to a vLLM or SGLang chat route.
 const REFUSED: &[(&str, &str)] = &[
@@ -150,7 +161,7 @@ fn refuse_unsupported(w: &MessagesRequest) -> Result<(), ProxyError> {
         ));
     }
     for (key, value) in &w.extra {
-        if value.is_null() {
+        if value.is_null() || IGNORED.contains(&key.as_str()) {
             continue;
         }
         return Err(match REFUSED.iter().find(|(k, _)| k == key) {

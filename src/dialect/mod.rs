@@ -5,6 +5,8 @@
 //! upstream side it encodes requests and decodes responses, streams and errors. No dialect
 //! converts into another directly. The codecs do no I/O.
 
+pub mod llamacpp;
+pub mod ollama;
 pub mod openai;
 pub mod sglang;
 
@@ -28,13 +30,22 @@ pub enum Dialect {
     OpenaiCompletions,
     /// OpenAI `POST /v1/chat/completions`.
     OpenaiChat,
+    /// llama.cpp native `POST /completion` (alias `/completions`).
+    Llamacpp,
+    /// Ollama `POST /api/generate`.
+    OllamaGenerate,
+    /// Ollama `POST /api/chat`.
+    OllamaChat,
 }
 
 impl Dialect {
-    pub const ALL: [Dialect; 3] = [
+    pub const ALL: [Dialect; 6] = [
         Dialect::Sglang,
         Dialect::OpenaiCompletions,
         Dialect::OpenaiChat,
+        Dialect::Llamacpp,
+        Dialect::OllamaGenerate,
+        Dialect::OllamaChat,
     ];
 
     /// A closed label for metrics and logs.
@@ -43,6 +54,9 @@ impl Dialect {
             Dialect::Sglang => "sglang",
             Dialect::OpenaiCompletions => "openai-completions",
             Dialect::OpenaiChat => "openai-chat",
+            Dialect::Llamacpp => "llamacpp",
+            Dialect::OllamaGenerate => "ollama-generate",
+            Dialect::OllamaChat => "ollama-chat",
         }
     }
 
@@ -56,6 +70,9 @@ impl Dialect {
             Dialect::Sglang => "/generate",
             Dialect::OpenaiCompletions => "/v1/completions",
             Dialect::OpenaiChat => "/v1/chat/completions",
+            Dialect::Llamacpp => "/completion",
+            Dialect::OllamaGenerate => "/api/generate",
+            Dialect::OllamaChat => "/api/chat",
         }
     }
 
@@ -66,16 +83,40 @@ impl Dialect {
     }
 
     pub fn framing(self) -> Framing {
-        Framing::Sse
+        match self {
+            Dialect::OllamaGenerate | Dialect::OllamaChat => Framing::Ndjson,
+            _ => Framing::Sse,
+        }
     }
 
     pub fn stream_content_type(self) -> &'static str {
-        "text/event-stream"
+        match self {
+            Dialect::OllamaGenerate | Dialect::OllamaChat => "application/x-ndjson",
+            _ => "text/event-stream",
+        }
     }
 
     /// Whether the dialect carries chat messages (rather than raw prompts).
     pub fn is_chat(self) -> bool {
-        matches!(self, Dialect::OpenaiChat)
+        matches!(self, Dialect::OpenaiChat | Dialect::OllamaChat)
+    }
+
+    /// Whether a request that does not say streams (Ollama's `stream` defaults to true).
+    pub fn streams_by_default(self) -> bool {
+        matches!(self, Dialect::OllamaGenerate | Dialect::OllamaChat)
+    }
+
+    /// This upstream dialect's sibling endpoint for a request's prompt shape: chat messages go
+    /// to the chat endpoint, raw prompts to the completion one (Ollama's `/api/generate`
+    /// carries either, so its requests pick their endpoint by body, not by route).
+    pub fn for_prompt(self, chat: bool) -> Dialect {
+        match (self, chat) {
+            (Dialect::OpenaiCompletions, true) => Dialect::OpenaiChat,
+            (Dialect::OpenaiChat, false) => Dialect::OpenaiCompletions,
+            (Dialect::OllamaGenerate, true) => Dialect::OllamaChat,
+            (Dialect::OllamaChat, false) => Dialect::OllamaGenerate,
+            (d, _) => d,
+        }
     }
 
     // ---- client side -------------------------------------------------------------------
@@ -86,6 +127,9 @@ impl Dialect {
             Dialect::Sglang => sglang::request::decode(body),
             Dialect::OpenaiCompletions => openai::completions::decode_request(body),
             Dialect::OpenaiChat => openai::chat::decode_request(body),
+            Dialect::Llamacpp => llamacpp::request::decode(body),
+            Dialect::OllamaGenerate => ollama::request::decode_generate(body),
+            Dialect::OllamaChat => ollama::request::decode_chat(body),
         }
     }
 
@@ -95,6 +139,9 @@ impl Dialect {
             Dialect::Sglang => sglang::response::encode(resp, ctx),
             Dialect::OpenaiCompletions => openai::completions::encode_response(resp, ctx),
             Dialect::OpenaiChat => openai::chat::encode_response(resp, ctx),
+            Dialect::Llamacpp => llamacpp::response::encode(resp, ctx),
+            Dialect::OllamaGenerate => ollama::response::encode(resp, ctx, false),
+            Dialect::OllamaChat => ollama::response::encode(resp, ctx, true),
         }
     }
 
@@ -105,6 +152,11 @@ impl Dialect {
                 StreamEncoder::Completions(openai::completions::StreamEncoder::new(ctx))
             }
             Dialect::OpenaiChat => StreamEncoder::Chat(openai::chat::StreamEncoder::new(ctx)),
+            Dialect::Llamacpp => StreamEncoder::Llamacpp(llamacpp::stream::Encoder::new(ctx)),
+            Dialect::OllamaGenerate => {
+                StreamEncoder::Ollama(ollama::stream::Encoder::new(ctx, false))
+            }
+            Dialect::OllamaChat => StreamEncoder::Ollama(ollama::stream::Encoder::new(ctx, true)),
         }
     }
 
@@ -113,20 +165,32 @@ impl Dialect {
         match self {
             Dialect::Sglang => sglang::error::encode(err),
             Dialect::OpenaiCompletions | Dialect::OpenaiChat => openai::error::encode(err),
+            Dialect::Llamacpp => llamacpp::error::encode(err),
+            Dialect::OllamaGenerate | Dialect::OllamaChat => ollama::error::encode(err),
         }
     }
 
     /// The status an error gets in this dialect (TGI answers validation errors with 422).
     pub fn error_status(self, err: &ProxyError) -> http::StatusCode {
         match self {
-            Dialect::Sglang | Dialect::OpenaiCompletions | Dialect::OpenaiChat => err.status(),
+            Dialect::Sglang
+            | Dialect::OpenaiCompletions
+            | Dialect::OpenaiChat
+            | Dialect::Llamacpp
+            | Dialect::OllamaGenerate
+            | Dialect::OllamaChat => err.status(),
         }
     }
 
     /// Headers a whole response carries in this dialect (TGI's `x-prompt-tokens`, ...).
     pub fn response_headers(self, _resp: &Response) -> Vec<(http::HeaderName, http::HeaderValue)> {
         match self {
-            Dialect::Sglang | Dialect::OpenaiCompletions | Dialect::OpenaiChat => Vec::new(),
+            Dialect::Sglang
+            | Dialect::OpenaiCompletions
+            | Dialect::OpenaiChat
+            | Dialect::Llamacpp
+            | Dialect::OllamaGenerate
+            | Dialect::OllamaChat => Vec::new(),
         }
     }
 
@@ -135,6 +199,9 @@ impl Dialect {
         match self {
             Dialect::Sglang => sglang::request::field_name(canonical),
             Dialect::OpenaiCompletions | Dialect::OpenaiChat => canonical.to_string(),
+            Dialect::Llamacpp => llamacpp::request::field_name(canonical),
+            Dialect::OllamaGenerate => ollama::field_name(canonical, false),
+            Dialect::OllamaChat => ollama::field_name(canonical, true),
         }
     }
 
@@ -146,6 +213,9 @@ impl Dialect {
             Dialect::Sglang => sglang::request::encode(req),
             Dialect::OpenaiCompletions => openai::completions::encode_request(req),
             Dialect::OpenaiChat => openai::chat::encode_request(req),
+            Dialect::Llamacpp => llamacpp::request::encode(req),
+            Dialect::OllamaGenerate => ollama::request::encode_generate(req),
+            Dialect::OllamaChat => ollama::request::encode_chat(req),
         }
     }
 
@@ -155,6 +225,8 @@ impl Dialect {
             Dialect::Sglang => sglang::response::decode(body),
             Dialect::OpenaiCompletions => openai::completions::decode_response(body),
             Dialect::OpenaiChat => openai::chat::decode_response(body),
+            Dialect::Llamacpp => llamacpp::response::decode(body),
+            Dialect::OllamaGenerate | Dialect::OllamaChat => ollama::response::decode(body),
         }
     }
 
@@ -162,7 +234,12 @@ impl Dialect {
     /// `x-prompt-tokens` / `x-generated-tokens`), to complete what the body says.
     pub fn usage_from_headers(self, _headers: &http::HeaderMap) -> Option<crate::model::Usage> {
         match self {
-            Dialect::Sglang | Dialect::OpenaiCompletions | Dialect::OpenaiChat => None,
+            Dialect::Sglang
+            | Dialect::OpenaiCompletions
+            | Dialect::OpenaiChat
+            | Dialect::Llamacpp
+            | Dialect::OllamaGenerate
+            | Dialect::OllamaChat => None,
         }
     }
 
@@ -171,6 +248,10 @@ impl Dialect {
             Dialect::Sglang => StreamDecoder::Sglang(sglang::stream::Decoder::default()),
             Dialect::OpenaiCompletions | Dialect::OpenaiChat => {
                 StreamDecoder::Openai(openai::stream::Decoder::new(self.is_chat()))
+            }
+            Dialect::Llamacpp => StreamDecoder::Llamacpp(llamacpp::stream::Decoder),
+            Dialect::OllamaGenerate | Dialect::OllamaChat => {
+                StreamDecoder::Ollama(ollama::stream::Decoder)
             }
         }
     }

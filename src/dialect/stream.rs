@@ -2,7 +2,7 @@
 
 use bytes::BytesMut;
 
-use super::{openai, sglang};
+use super::{llamacpp, ollama, openai, sglang};
 use crate::error::ProxyError;
 use crate::model::Event;
 use crate::stream::framing::Frame;
@@ -12,6 +12,8 @@ pub enum StreamEncoder {
     Sglang(sglang::stream::Encoder),
     Completions(openai::completions::StreamEncoder),
     Chat(openai::chat::StreamEncoder),
+    Llamacpp(llamacpp::stream::Encoder),
+    Ollama(ollama::stream::Encoder),
 }
 
 impl StreamEncoder {
@@ -21,6 +23,8 @@ impl StreamEncoder {
             StreamEncoder::Sglang(e) => e.events(events, out),
             StreamEncoder::Completions(e) => e.events(events, out),
             StreamEncoder::Chat(e) => e.events(events, out),
+            StreamEncoder::Llamacpp(e) => e.events(events, out),
+            StreamEncoder::Ollama(e) => e.events(events, out),
         }
     }
 
@@ -30,6 +34,8 @@ impl StreamEncoder {
             StreamEncoder::Sglang(e) => e.end(out),
             StreamEncoder::Completions(e) => e.end(out),
             StreamEncoder::Chat(e) => e.end(out),
+            StreamEncoder::Llamacpp(e) => e.end(out),
+            StreamEncoder::Ollama(e) => e.end(out),
         }
     }
 
@@ -40,6 +46,8 @@ impl StreamEncoder {
             StreamEncoder::Completions(_) | StreamEncoder::Chat(_) => {
                 openai::error::write_stream_error(err, out)
             }
+            StreamEncoder::Llamacpp(e) => e.error(err, out),
+            StreamEncoder::Ollama(e) => e.error(err, out),
         }
     }
 }
@@ -48,6 +56,8 @@ impl StreamEncoder {
 pub enum StreamDecoder {
     Sglang(sglang::stream::Decoder),
     Openai(openai::stream::Decoder),
+    Llamacpp(llamacpp::stream::Decoder),
+    Ollama(ollama::stream::Decoder),
 }
 
 impl StreamDecoder {
@@ -55,6 +65,8 @@ impl StreamDecoder {
         match self {
             StreamDecoder::Sglang(d) => d.frame(frame, out),
             StreamDecoder::Openai(d) => d.frame(frame, out),
+            StreamDecoder::Llamacpp(d) => d.frame(frame, out),
+            StreamDecoder::Ollama(d) => d.frame(frame, out),
         }
     }
 }

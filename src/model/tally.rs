@@ -26,12 +26,13 @@ impl Tally {
                 0
             }
             Event::Chunk(c) => {
-                let slot = self.slot(c.index);
-                let before = slot.usage.map(|u| u.completion_tokens);
-                let new = match (c.tokens, c.usage, before) {
-                    (Some(n), _, _) => n as u64,
-                    (None, Some(u), prev) => u.completion_tokens.saturating_sub(prev.unwrap_or(0)),
-                    (None, None, _) => {
+                let counted = self.slot(c.index).counted;
+                let new = match (c.tokens, c.usage) {
+                    (Some(n), _) => n as u64,
+                    // Cumulative counts: new is what they add to what was counted so far (which
+                    // may include guesses, when the counts come only on a stream's last chunk).
+                    (None, Some(u)) => u.completion_tokens.saturating_sub(counted),
+                    (None, None) => {
                         let guess = u64::from(!c.text.is_empty());
                         if guess > 0 {
                             self.estimated = true;

@@ -28,6 +28,8 @@ pub async fn handle(
         Ok(r) => r,
         Err(e) => return respond::error(st, respond::record(st, client, None, &at), client, &e),
     };
+    // Ollama's /api/generate is chat-shaped unless `raw`: the body decides the endpoint.
+    let target = target.for_prompt(matches!(req.prompt, crate::model::Prompt::Chat(_)));
     let (resolved, from_discovery) = match resolve_model(st, &req).await {
         Ok(m) => m,
         Err(e) => return respond::error(st, respond::record(st, client, None, &at), client, &e),
@@ -76,6 +78,8 @@ fn response_id(client: Dialect, req: &Request) -> String {
         Dialect::Sglang => hex,
         Dialect::OpenaiCompletions => format!("cmpl-{hex}"),
         Dialect::OpenaiChat => format!("chatcmpl-{hex}"),
+        // llama.cpp's native answers and Ollama's carry no id.
+        Dialect::Llamacpp | Dialect::OllamaGenerate | Dialect::OllamaChat => hex,
     }
 }
 

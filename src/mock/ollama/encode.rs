@@ -52,7 +52,8 @@ impl Ctx {
         }
         let now = Instant::now();
         let first = self.first.unwrap_or(now);
-        let ns = |d: std::time::Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        // A real server never takes no time: at least 1 ns, so no duration is left out.
+        let ns = |d: std::time::Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX).max(1);
         let fields = [
             ("total_duration", ns(now - self.start)),
             ("load_duration", 0),

@@ -141,7 +141,10 @@ fn llamacpp_read(body: &str, stream: bool) -> Seen {
         };
     }
     let events = sse_events(body);
-    assert!(!events.contains(&json!("[DONE]")), "llama.cpp sends no [DONE]");
+    assert!(
+        !events.contains(&json!("[DONE]")),
+        "llama.cpp sends no [DONE]"
+    );
     let (last, partial) = events.split_last().unwrap();
     assert_eq!(last["stop"], json!(true), "the stream ends with stop: true");
     assert_eq!(last["content"], json!(""));
@@ -316,7 +319,10 @@ async fn run_matrix(kind: MockKind) {
                     .unwrap();
                 assert_eq!(resp.status(), 400, "{what}: {field} must be refused");
                 let body = resp.text().await.unwrap();
-                assert!(body.contains(field), "{what}: the refusal names {field}: {body}");
+                assert!(
+                    body.contains(field),
+                    "{what}: the refusal names {field}: {body}"
+                );
                 request = without(request, field);
             }
             let resp = client()

@@ -152,11 +152,15 @@ impl Dialect {
                 StreamEncoder::Completions(openai::completions::StreamEncoder::new(ctx))
             }
             Dialect::OpenaiChat => StreamEncoder::Chat(openai::chat::StreamEncoder::new(ctx)),
-            Dialect::Llamacpp => StreamEncoder::Llamacpp(llamacpp::stream::Encoder::new(ctx)),
-            Dialect::OllamaGenerate => {
-                StreamEncoder::Ollama(ollama::stream::Encoder::new(ctx, false))
+            Dialect::Llamacpp => {
+                StreamEncoder::Llamacpp(Box::new(llamacpp::stream::Encoder::new(ctx)))
             }
-            Dialect::OllamaChat => StreamEncoder::Ollama(ollama::stream::Encoder::new(ctx, true)),
+            Dialect::OllamaGenerate => {
+                StreamEncoder::Ollama(Box::new(ollama::stream::Encoder::new(ctx, false)))
+            }
+            Dialect::OllamaChat => {
+                StreamEncoder::Ollama(Box::new(ollama::stream::Encoder::new(ctx, true)))
+            }
         }
     }
 

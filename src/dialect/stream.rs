@@ -12,8 +12,9 @@ pub enum StreamEncoder {
     Sglang(sglang::stream::Encoder),
     Completions(openai::completions::StreamEncoder),
     Chat(openai::chat::StreamEncoder),
-    Llamacpp(llamacpp::stream::Encoder),
-    Ollama(ollama::stream::Encoder),
+    // Boxed: they keep a whole choice or finish, and `Output` holds an encoder inline.
+    Llamacpp(Box<llamacpp::stream::Encoder>),
+    Ollama(Box<ollama::stream::Encoder>),
 }
 
 impl StreamEncoder {

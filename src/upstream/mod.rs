@@ -126,7 +126,10 @@ mod tests {
             Kind::Vllm.route(Dialect::OllamaChat),
             Route::Translate(Dialect::OpenaiChat)
         );
-        assert_eq!(Kind::Ollama.route(Dialect::OllamaGenerate), Route::Passthrough);
+        assert_eq!(
+            Kind::Ollama.route(Dialect::OllamaGenerate),
+            Route::Passthrough
+        );
         assert_eq!(
             Kind::Ollama.route(Dialect::OpenaiChat),
             Route::Translate(Dialect::OllamaChat)

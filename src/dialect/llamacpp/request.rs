@@ -214,7 +214,11 @@ fn write_sampling(s: &Sampling, m: &mut Map<String, Value>) -> Result<(), ProxyE
 /// What llama.cpp's native endpoint has no field for.
 fn refuse_sampling(s: &Sampling) -> Result<(), ProxyError> {
     let refusals = [
-        ("n", s.n > 1, "lingo asks llama.cpp for one completion per request"),
+        (
+            "n",
+            s.n > 1,
+            "lingo asks llama.cpp for one completion per request",
+        ),
         (
             "min_tokens",
             s.min_tokens.is_some_and(|v| v > 0),

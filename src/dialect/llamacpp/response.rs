@@ -37,9 +37,18 @@ pub fn timings(usage: &Usage, m: Measured) -> Value {
         None => (0.0, ms(m.total)),
     };
     let per_token = |ms: f64, n: u64| if n > 0 { ms / n as f64 } else { 0.0 };
-    let per_second = |ms: f64, n: u64| if ms > 0.0 { n as f64 * 1000.0 / ms } else { 0.0 };
+    let per_second = |ms: f64, n: u64| {
+        if ms > 0.0 {
+            n as f64 * 1000.0 / ms
+        } else {
+            0.0
+        }
+    };
     let cached = usage.cached_tokens.unwrap_or(0);
-    let (p, c) = (usage.prompt_tokens.saturating_sub(cached), usage.completion_tokens);
+    let (p, c) = (
+        usage.prompt_tokens.saturating_sub(cached),
+        usage.completion_tokens,
+    );
     json!({
         "cache_n": cached,
         "prompt_n": p,
@@ -126,9 +135,7 @@ struct ProbWire {
 
 impl ProbWire {
     fn logprob(&self) -> f64 {
-        self.logprob
-            .or(self.prob.map(f64::ln))
-            .unwrap_or(-9999.0)
+        self.logprob.or(self.prob.map(f64::ln)).unwrap_or(-9999.0)
     }
 }
 

@@ -101,7 +101,9 @@ impl Decoder {
             .map_err(|e| ProxyError::UpstreamProtocol(format!("completion stream event: {e}")))?;
         if let Some(err) = &w.error {
             out.push(Event::Error {
-                message: crate::dialect::error_message(json!({ "error": err }).to_string().as_bytes()),
+                message: crate::dialect::error_message(
+                    json!({ "error": err }).to_string().as_bytes(),
+                ),
             });
             return Ok(());
         }

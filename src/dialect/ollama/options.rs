@@ -62,7 +62,9 @@ pub fn decode(o: Option<OptionsWire>) -> Result<Sampling, ProxyError> {
         Some(n) => u32::try_from(n).map_err(|_| {
             ProxyError::invalid(
                 "options.num_predict",
-                format!("must be -1 (lingo's default of {DEFAULT_NUM_PREDICT}) or a count, got {n}"),
+                format!(
+                    "must be -1 (lingo's default of {DEFAULT_NUM_PREDICT}) or a count, got {n}"
+                ),
             )
         })?,
     };
@@ -118,7 +120,11 @@ pub fn encode(s: &Sampling) -> Result<Map<String, Value>, ProxyError> {
 fn refuse(s: &Sampling) -> Result<(), ProxyError> {
     let refusals = [
         ("n", s.n > 1, "Ollama generates one completion per request"),
-        ("ignore_eos", s.ignore_eos, "Ollama has no option to ignore EOS"),
+        (
+            "ignore_eos",
+            s.ignore_eos,
+            "Ollama has no option to ignore EOS",
+        ),
         (
             "min_tokens",
             s.min_tokens.is_some_and(|v| v > 0),

@@ -66,7 +66,10 @@ pub fn decode_generate(body: &[u8]) -> Result<Request, ProxyError> {
     let refused = [
         ("images", w.images.as_ref().is_some_and(|v| !v.is_empty())),
         ("suffix", w.suffix.as_ref().is_some_and(|s| !s.is_empty())),
-        ("template", w.template.as_ref().is_some_and(|s| !s.is_empty())),
+        (
+            "template",
+            w.template.as_ref().is_some_and(|s| !s.is_empty()),
+        ),
         ("context", w.context.as_ref().is_some_and(|v| !v.is_empty())),
         (
             "system",

@@ -161,7 +161,9 @@ struct Ctx {
 
 impl Ctx {
     fn prompt_len(&self, seq: &Seq) -> u64 {
-        self.prompts.get(seq.prompt_idx).map_or(0, |p| u64::from(p.len()))
+        self.prompts
+            .get(seq.prompt_idx)
+            .map_or(0, |p| u64::from(p.len()))
     }
 
     /// The final object of sequence `i`: the whole text (empty in a stream) and the counts.

@@ -170,7 +170,11 @@ async fn answer(state: Arc<MockState>, parsed: Parsed, chat: bool) -> Response {
         })
         .collect();
     let mut v = ctx.envelope(Value::Array(choices));
-    v["object"] = json!(if chat { "chat.completion" } else { "text_completion" });
+    v["object"] = json!(if chat {
+        "chat.completion"
+    } else {
+        "text_completion"
+    });
     v["usage"] = ctx.usage(&generation.seqs);
     v["timings"] = ctx.timings(&generation.seqs);
     generation.guard.complete(prompt_tokens, completion_tokens);

@@ -31,7 +31,13 @@ impl Clock {
         let prompt_ms = ms(first - self.start);
         let predicted_ms = ms(now - first);
         let per_token = |ms: f64, n: u64| if n > 0 { ms / n as f64 } else { 0.0 };
-        let per_second = |ms: f64, n: u64| if ms > 0.0 { n as f64 * 1000.0 / ms } else { 0.0 };
+        let per_second = |ms: f64, n: u64| {
+            if ms > 0.0 {
+                n as f64 * 1000.0 / ms
+            } else {
+                0.0
+            }
+        };
         json!({
             "cache_n": 0,
             "prompt_n": prompt_n,

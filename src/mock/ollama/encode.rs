@@ -27,7 +27,10 @@ impl Ctx {
         m.insert("model".into(), json!(self.model));
         m.insert("created_at".into(), json!(created_at()));
         if self.chat {
-            m.insert("message".into(), json!({"role": "assistant", "content": text}));
+            m.insert(
+                "message".into(),
+                json!({"role": "assistant", "content": text}),
+            );
         } else {
             m.insert("response".into(), json!(text));
         }
@@ -57,7 +60,10 @@ impl Ctx {
         let fields = [
             ("total_duration", ns(now - self.start)),
             ("load_duration", 0),
-            ("prompt_eval_count", prompt.map_or(0, |p| u64::from(p.len()))),
+            (
+                "prompt_eval_count",
+                prompt.map_or(0, |p| u64::from(p.len())),
+            ),
             ("prompt_eval_duration", ns(first - self.start)),
             ("eval_count", seq.len() as u64),
             ("eval_duration", ns(now - first)),
@@ -92,7 +98,11 @@ pub(crate) fn loaded(ctx: &Ctx, stream: bool) -> Response {
     m.insert("done_reason".into(), json!("load"));
     let mut out = Vec::new();
     line(&mut out, m);
-    let ct = if stream { "application/x-ndjson" } else { "application/json" };
+    let ct = if stream {
+        "application/x-ndjson"
+    } else {
+        "application/json"
+    };
     ([(CONTENT_TYPE, ct)], out).into_response()
 }
 

@@ -74,10 +74,7 @@ async fn show(State(state): State<Arc<MockState>>, body: Bytes) -> Response {
         return error(StatusCode::BAD_REQUEST, "model is required");
     };
     if !serves(&state, name) {
-        return error(
-            StatusCode::NOT_FOUND,
-            &format!("model '{name}' not found"),
-        );
+        return error(StatusCode::NOT_FOUND, &format!("model '{name}' not found"));
     }
     Json(json!({
         "modelfile": format!("FROM {name}\n"), "parameters": "", "template": "{{ .Prompt }}",

@@ -151,10 +151,20 @@ async fn answer(state: Arc<MockState>, parsed: Result<Parsed, String>, chat: boo
     };
     let params = Params {
         max_tokens,
-        stop: o.stop.unwrap_or_default().into_iter().filter(|s| !s.is_empty()).collect(),
+        stop: o
+            .stop
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|s| !s.is_empty())
+            .collect(),
         ..Params::default()
     };
-    let seqs = generate_all(std::slice::from_ref(&prompt), &[params], 1, state.config.eos_seed);
+    let seqs = generate_all(
+        std::slice::from_ref(&prompt),
+        &[params],
+        1,
+        state.config.eos_seed,
+    );
     let prompt_tokens = u64::from(prompt.len());
     let completion_tokens = seqs.iter().map(|s| s.len() as u64).sum();
     let generation = Generation {

@@ -36,7 +36,7 @@ impl Workload {
     /// prompts, so a server's prefix cache cannot serve one request from another).
     pub fn request(&self, key: u64) -> Request {
         let mut rng = SplitMix64(self.seed ^ key.wrapping_mul(0x9E37_79B9_7F4A_7C15));
-        let prompt = if self.dialect.is_chat() {
+        let words = |rng: &mut SplitMix64| {
             let mut text = String::with_capacity(self.input_len as usize * 6);
             for i in 0..self.input_len {
                 if i > 0 {
@@ -44,10 +44,15 @@ impl Workload {
                 }
                 text.push_str(WORDS[(rng.next() % WORDS.len() as u64) as usize]);
             }
+            text
+        };
+        let prompt = if self.dialect.is_chat() {
             Prompt::Chat(vec![Message {
                 role: Role::User,
-                content: Value::String(text),
+                content: Value::String(words(&mut rng)),
             }])
+        } else if !takes_token_ids(self.dialect) {
+            Prompt::Text(vec![words(&mut rng)])
         } else {
             let span = u64::from(ID_HIGH - ID_LOW);
             let ids = (0..self.input_len)
@@ -61,7 +66,9 @@ impl Workload {
         req.stream_usage = self.stream;
         req.sampling.max_tokens = Some(self.output_len);
         req.sampling.temperature = Some(0.0);
-        req.sampling.ignore_eos = true;
+        // Where the server cannot ignore EOS, outputs may end early; the report counts the
+        // tokens actually generated.
+        req.sampling.ignore_eos = ignores_eos(self.dialect);
         req.sampling.n = 1;
         req
     }
@@ -75,6 +82,16 @@ impl Workload {
             .map_err(|e| anyhow::anyhow!("encoding a {} request: {e}", self.dialect.label()))?;
         Ok(Bytes::from(body))
     }
+}
+
+/// Ollama takes text prompts only.
+fn takes_token_ids(d: Dialect) -> bool {
+    !matches!(d, Dialect::OllamaGenerate | Dialect::OllamaChat)
+}
+
+/// Ollama has no option to ignore EOS.
+fn ignores_eos(d: Dialect) -> bool {
+    !matches!(d, Dialect::OllamaGenerate | Dialect::OllamaChat)
 }
 
 /// A tiny deterministic generator (SplitMix64): the prompts depend on the seed only, never on
@@ -140,7 +157,7 @@ mod tests {
             let v: Value = serde_json::from_slice(&body).unwrap();
             let back = d.decode_request(&body).unwrap();
             assert_eq!(back.sampling.max_tokens, Some(7), "{d:?}: {v}");
-            assert!(back.sampling.ignore_eos, "{d:?}");
+            assert_eq!(back.sampling.ignore_eos, ignores_eos(d), "{d:?}");
             assert!(back.stream, "{d:?}");
         }
     }

@@ -107,8 +107,9 @@ fn openai_read(body: &str, stream: bool, content: fn(&Value) -> Option<&str>) ->
             }
         }
         if let Some(n) = e["usage"]["completion_tokens"].as_u64() {
+            // llama.cpp (passed through) puts usage and timings on its last completions chunk.
             assert!(
-                e["choices"].as_array().unwrap().is_empty(),
+                e["choices"].as_array().unwrap().is_empty() || e.get("timings").is_some(),
                 "usage comes in its own chunk"
             );
             seen.tokens = n;
@@ -181,10 +182,14 @@ fn anthropic_read(body: &str, stream: bool) -> Seen {
         ["content_block_stop", "message_delta", "message_stop"],
         "{names:?}"
     );
+    // Upstreams that count per chunk (vLLM, SGLang) give the prompt count with the first
+    // token, so `message_start` has it; the others only at the end, in `message_delta`.
     let start = &events[0].1["message"];
+    let end = &events[events.len() - 2].1;
     assert!(
-        start["usage"]["input_tokens"].as_u64().unwrap() > 0,
-        "{start}"
+        start["usage"]["input_tokens"].as_u64().unwrap() > 0
+            || end["usage"]["input_tokens"].as_u64().unwrap_or(0) > 0,
+        "{start} {end}"
     );
     let text = events
         .iter()
@@ -233,6 +238,89 @@ fn vllm_legacy_read(body: &str, stream: bool) -> Seen {
     }
 }
 
+fn llamacpp_request(stream: bool) -> Value {
+    json!({"prompt": PROMPT, "n_predict": MAX, "ignore_eos": true, "temperature": 0,
+           "stream": stream})
+}
+
+/// llama.cpp's `stop_type`, named as the other rows name their finish reasons.
+fn stop_type(v: &Value) -> String {
+    match v["stop_type"].as_str().unwrap() {
+        "limit" => "length".into(),
+        other => other.into(),
+    }
+}
+
+fn llamacpp_read(body: &str, stream: bool) -> Seen {
+    if !stream {
+        let v: Value = serde_json::from_str(body).unwrap();
+        assert_eq!(v["stop"], json!(true));
+        return Seen {
+            text: v["content"].as_str().unwrap().to_string(),
+            tokens: v["tokens_predicted"].as_u64().unwrap(),
+            finish: stop_type(&v),
+        };
+    }
+    let events = sse_events(body);
+    assert!(
+        !events.contains(&json!("[DONE]")),
+        "llama.cpp sends no [DONE]"
+    );
+    let (last, partial) = events.split_last().unwrap();
+    assert_eq!(last["stop"], json!(true), "the stream ends with stop: true");
+    assert_eq!(last["content"], json!(""));
+    assert!(last["timings"]["predicted_n"].is_u64(), "timings: {last}");
+    let mut text = String::new();
+    for e in partial {
+        assert_eq!(e["stop"], json!(false));
+        text.push_str(e["content"].as_str().unwrap());
+    }
+    Seen {
+        text,
+        tokens: last["tokens_predicted"].as_u64().unwrap(),
+        finish: stop_type(last),
+    }
+}
+
+fn ollama_generate_request(stream: bool) -> Value {
+    json!({"model": "mock-model", "prompt": PROMPT, "raw": true, "stream": stream,
+           "options": {"num_predict": MAX, "temperature": 0}})
+}
+
+fn ollama_chat_request(stream: bool) -> Value {
+    json!({"model": "mock-model", "messages": [{"role": "user", "content": PROMPT}],
+           "stream": stream, "options": {"num_predict": MAX, "temperature": 0}})
+}
+
+fn ollama_text(v: &Value) -> &str {
+    v["response"]
+        .as_str()
+        .or(v["message"]["content"].as_str())
+        .unwrap()
+}
+
+fn ollama_read(body: &str, stream: bool) -> Seen {
+    let lines: Vec<Value> = body
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let (last, partial) = lines.split_last().unwrap();
+    assert_eq!(last["done"], json!(true), "the answer ends with done: true");
+    assert!(last["total_duration"].as_u64().unwrap() > 0, "{last}");
+    assert!(last["eval_duration"].is_u64(), "{last}");
+    if !stream {
+        assert!(partial.is_empty(), "one object when not streaming");
+    }
+    let mut text: String = partial.iter().map(ollama_text).collect();
+    text.push_str(ollama_text(last));
+    Seen {
+        text,
+        tokens: last["eval_count"].as_u64().unwrap(),
+        finish: last["done_reason"].as_str().unwrap().to_string(),
+    }
+}
+
 const ROWS: &[Row] = &[
     Row {
         name: "sglang",
@@ -270,10 +358,67 @@ const ROWS: &[Row] = &[
         request: vllm_legacy_request,
         read: vllm_legacy_read,
     },
+    Row {
+        name: "llamacpp",
+        path: "/completion",
+        request: llamacpp_request,
+        read: llamacpp_read,
+    },
+    Row {
+        name: "ollama-generate",
+        path: "/api/generate",
+        request: ollama_generate_request,
+        read: ollama_read,
+    },
+    Row {
+        name: "ollama-chat",
+        path: "/api/chat",
+        request: ollama_chat_request,
+        read: ollama_read,
+    },
 ];
 
+/// Remove a key wherever it appears (top level or nested, as in SGLang's sampling_params).
+fn without(mut v: Value, key: &str) -> Value {
+    fn strip(v: &mut Value, key: &str) {
+        if let Value::Object(m) = v {
+            m.remove(key);
+            m.values_mut().for_each(|v| strip(v, key));
+        }
+    }
+    strip(&mut v, key);
+    v
+}
+
+fn mentions(v: &Value, key: &str) -> bool {
+    match v {
+        Value::Object(m) => m.iter().any(|(k, v)| k == key || mentions(v, key)),
+        _ => false,
+    }
+}
+
+/// Fields an upstream kind cannot honour: lingo must refuse them with a 400 naming them.
+fn refused_by(kind: MockKind) -> &'static [&'static str] {
+    match kind {
+        MockKind::Ollama => &["ignore_eos"],
+        _ => &[],
+    }
+}
+
 /// The text the mock generates for PROMPT, asked directly on its completions route.
-async fn direct_text(mock: &Mock) -> String {
+async fn direct_text(mock: &Mock, kind: MockKind) -> String {
+    if kind == MockKind::Ollama {
+        let v: Value = client()
+            .post(format!("{}/api/generate", mock.url()))
+            .json(&ollama_generate_request(false))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        return v["response"].as_str().unwrap().to_string();
+    }
     let v: Value = client()
         .post(format!("{}/v1/completions", mock.url()))
         .json(&completions_request(false))
@@ -289,14 +434,33 @@ async fn direct_text(mock: &Mock) -> String {
 async fn run_matrix(kind: MockKind) {
     let mock = mock(kind).await;
     let base = lingo(config_for(&mock.url(), kind_setting(kind))).await;
-    let expected_text = direct_text(&mock).await;
+    let expected_text = direct_text(&mock, kind).await;
     let mut requests = 1;
     for row in ROWS {
         for stream in [false, true] {
             let what = format!("{} via {:?}, stream={stream}", row.name, kind);
+            let mut request = (row.request)(stream);
+            for field in refused_by(kind) {
+                if !mentions(&request, field) {
+                    continue;
+                }
+                let resp = client()
+                    .post(format!("{base}{}", row.path))
+                    .json(&request)
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(resp.status(), 400, "{what}: {field} must be refused");
+                let body = resp.text().await.unwrap();
+                assert!(
+                    body.contains(field),
+                    "{what}: the refusal names {field}: {body}"
+                );
+                request = without(request, field);
+            }
             let resp = client()
                 .post(format!("{base}{}", row.path))
-                .json(&(row.request)(stream))
+                .json(&request)
                 .send()
                 .await
                 .unwrap();
@@ -308,7 +472,7 @@ async fn run_matrix(kind: MockKind) {
             if !seen.finish.is_empty() {
                 assert_eq!(seen.finish, "length", "{what}: finish reason");
             }
-            if !matches!(row.name, "openai-chat" | "anthropic") {
+            if !matches!(row.name, "openai-chat" | "anthropic" | "ollama-chat") {
                 assert_eq!(seen.text, expected_text, "{what}: text");
             } else {
                 assert!(!seen.text.is_empty(), "{what}: text");
@@ -334,13 +498,28 @@ async fn every_dialect_against_sglang() {
 }
 
 #[tokio::test]
+async fn every_dialect_against_llamacpp() {
+    run_matrix(MockKind::Llamacpp).await;
+}
+
+#[tokio::test]
+async fn every_dialect_against_ollama() {
+    run_matrix(MockKind::Ollama).await;
+}
+
+#[tokio::test]
 async fn auto_detects_each_kind() {
-    for kind in [MockKind::Vllm, MockKind::Sglang] {
+    for kind in [
+        MockKind::Vllm,
+        MockKind::Sglang,
+        MockKind::Llamacpp,
+        MockKind::Ollama,
+    ] {
         let mock = mock(kind).await;
         let base = lingo(config_for(&mock.url(), lingo::upstream::KindSetting::Auto)).await;
         let body = client()
             .post(format!("{base}/generate"))
-            .json(&sglang_request(true))
+            .json(&without(sglang_request(true), "ignore_eos"))
             .send()
             .await
             .unwrap()

@@ -56,7 +56,9 @@ impl Workload {
         req.stream_usage = self.stream;
         req.sampling.max_tokens = Some(self.output_len);
         req.sampling.temperature = Some(0.0);
-        req.sampling.ignore_eos = true;
+        // Where the server cannot ignore EOS, outputs may end early; the report counts the
+        // tokens actually generated.
+        req.sampling.ignore_eos = ignores_eos(self.dialect);
         req.sampling.n = 1;
         req
     }
@@ -82,6 +84,11 @@ fn words(rng: &mut SplitMix64, n: u32) -> String {
         text.push_str(WORDS[(rng.next() % WORDS.len() as u64) as usize]);
     }
     text
+}
+
+/// Ollama has no option to ignore EOS.
+fn ignores_eos(d: Dialect) -> bool {
+    !matches!(d, Dialect::OllamaGenerate | Dialect::OllamaChat)
 }
 
 /// A tiny deterministic generator (SplitMix64): the prompts depend on the seed only, never on
@@ -147,7 +154,7 @@ mod tests {
             let v: Value = serde_json::from_slice(&body).unwrap();
             let back = d.decode_request(&body).unwrap();
             assert_eq!(back.sampling.max_tokens, Some(7), "{d:?}: {v}");
-            assert!(back.sampling.ignore_eos, "{d:?}");
+            assert_eq!(back.sampling.ignore_eos, ignores_eos(d), "{d:?}");
             assert!(back.stream, "{d:?}");
         }
     }

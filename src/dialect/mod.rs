@@ -6,6 +6,8 @@
 //! converts into another directly. The codecs do no I/O.
 
 pub mod anthropic;
+pub mod llamacpp;
+pub mod ollama;
 pub mod openai;
 pub mod sglang;
 pub mod vllm_legacy;
@@ -34,15 +36,24 @@ pub enum Dialect {
     Anthropic,
     /// vLLM's legacy demo server `POST /generate` (`{"prompt": ...}` bodies).
     VllmLegacy,
+    /// llama.cpp native `POST /completion` (alias `/completions`).
+    Llamacpp,
+    /// Ollama `POST /api/generate`.
+    OllamaGenerate,
+    /// Ollama `POST /api/chat`.
+    OllamaChat,
 }
 
 impl Dialect {
-    pub const ALL: [Dialect; 5] = [
+    pub const ALL: [Dialect; 8] = [
         Dialect::Sglang,
         Dialect::OpenaiCompletions,
         Dialect::OpenaiChat,
         Dialect::Anthropic,
         Dialect::VllmLegacy,
+        Dialect::Llamacpp,
+        Dialect::OllamaGenerate,
+        Dialect::OllamaChat,
     ];
 
     /// A closed label for metrics and logs.
@@ -53,6 +64,9 @@ impl Dialect {
             Dialect::OpenaiChat => "openai-chat",
             Dialect::Anthropic => "anthropic",
             Dialect::VllmLegacy => "vllm-legacy",
+            Dialect::Llamacpp => "llamacpp",
+            Dialect::OllamaGenerate => "ollama-generate",
+            Dialect::OllamaChat => "ollama-chat",
         }
     }
 
@@ -68,6 +82,9 @@ impl Dialect {
             Dialect::OpenaiChat => "/v1/chat/completions",
             Dialect::Anthropic => "/v1/messages",
             Dialect::VllmLegacy => "/generate",
+            Dialect::Llamacpp => "/completion",
+            Dialect::OllamaGenerate => "/api/generate",
+            Dialect::OllamaChat => "/api/chat",
         }
     }
 
@@ -79,7 +96,7 @@ impl Dialect {
 
     pub fn framing(self) -> Framing {
         match self {
-            Dialect::VllmLegacy => Framing::Ndjson,
+            Dialect::VllmLegacy | Dialect::OllamaGenerate | Dialect::OllamaChat => Framing::Ndjson,
             _ => Framing::Sse,
         }
     }
@@ -88,18 +105,43 @@ impl Dialect {
         match self {
             // The real server sets none; its whole answers are JSON.
             Dialect::VllmLegacy => "application/json",
+            Dialect::OllamaGenerate | Dialect::OllamaChat => "application/x-ndjson",
             _ => "text/event-stream",
         }
     }
 
     /// Whether the dialect carries chat messages (rather than raw prompts).
     pub fn is_chat(self) -> bool {
-        matches!(self, Dialect::OpenaiChat | Dialect::Anthropic)
+        matches!(
+            self,
+            Dialect::OpenaiChat | Dialect::Anthropic | Dialect::OllamaChat
+        )
     }
 
     /// Whether the dialect can carry a prompt of token ids.
     pub fn takes_token_ids(self) -> bool {
-        matches!(self, Dialect::Sglang | Dialect::OpenaiCompletions)
+        matches!(
+            self,
+            Dialect::Sglang | Dialect::OpenaiCompletions | Dialect::Llamacpp
+        )
+    }
+
+    /// Whether a request that does not say streams (Ollama's `stream` defaults to true).
+    pub fn streams_by_default(self) -> bool {
+        matches!(self, Dialect::OllamaGenerate | Dialect::OllamaChat)
+    }
+
+    /// This upstream dialect's sibling endpoint for a request's prompt shape: chat messages go
+    /// to the chat endpoint, raw prompts to the completion one (Ollama's `/api/generate`
+    /// carries either, so its requests pick their endpoint by body, not by route).
+    pub fn for_prompt(self, chat: bool) -> Dialect {
+        match (self, chat) {
+            (Dialect::OpenaiCompletions, true) => Dialect::OpenaiChat,
+            (Dialect::OpenaiChat, false) => Dialect::OpenaiCompletions,
+            (Dialect::OllamaGenerate, true) => Dialect::OllamaChat,
+            (Dialect::OllamaChat, false) => Dialect::OllamaGenerate,
+            (d, _) => d,
+        }
     }
 
     // ---- client side -------------------------------------------------------------------
@@ -112,6 +154,9 @@ impl Dialect {
             Dialect::OpenaiChat => openai::chat::decode_request(body),
             Dialect::Anthropic => anthropic::decode_request(body),
             Dialect::VllmLegacy => vllm_legacy::decode_request(body),
+            Dialect::Llamacpp => llamacpp::request::decode(body),
+            Dialect::OllamaGenerate => ollama::request::decode_generate(body),
+            Dialect::OllamaChat => ollama::request::decode_chat(body),
         }
     }
 
@@ -123,6 +168,9 @@ impl Dialect {
             Dialect::OpenaiChat => openai::chat::encode_response(resp, ctx),
             Dialect::Anthropic => anthropic::encode_response(resp, ctx),
             Dialect::VllmLegacy => vllm_legacy::encode_response(resp, ctx),
+            Dialect::Llamacpp => llamacpp::response::encode(resp, ctx),
+            Dialect::OllamaGenerate => ollama::response::encode(resp, ctx, false),
+            Dialect::OllamaChat => ollama::response::encode(resp, ctx, true),
         }
     }
 
@@ -135,6 +183,15 @@ impl Dialect {
             Dialect::OpenaiChat => StreamEncoder::Chat(openai::chat::StreamEncoder::new(ctx)),
             Dialect::Anthropic => StreamEncoder::Anthropic(anthropic::StreamEncoder::new(ctx)),
             Dialect::VllmLegacy => StreamEncoder::VllmLegacy(vllm_legacy::StreamEncoder::new(ctx)),
+            Dialect::Llamacpp => {
+                StreamEncoder::Llamacpp(Box::new(llamacpp::stream::Encoder::new(ctx)))
+            }
+            Dialect::OllamaGenerate => {
+                StreamEncoder::Ollama(Box::new(ollama::stream::Encoder::new(ctx, false)))
+            }
+            Dialect::OllamaChat => {
+                StreamEncoder::Ollama(Box::new(ollama::stream::Encoder::new(ctx, true)))
+            }
         }
     }
 
@@ -145,6 +202,8 @@ impl Dialect {
             Dialect::OpenaiCompletions | Dialect::OpenaiChat => openai::error::encode(err),
             Dialect::Anthropic => anthropic::error::encode(err),
             Dialect::VllmLegacy => vllm_legacy::error::encode(err),
+            Dialect::Llamacpp => llamacpp::error::encode(err),
+            Dialect::OllamaGenerate | Dialect::OllamaChat => ollama::error::encode(err),
         }
     }
 
@@ -154,7 +213,10 @@ impl Dialect {
             Dialect::Sglang
             | Dialect::OpenaiCompletions
             | Dialect::OpenaiChat
-            | Dialect::VllmLegacy => err.status(),
+            | Dialect::VllmLegacy
+            | Dialect::Llamacpp
+            | Dialect::OllamaGenerate
+            | Dialect::OllamaChat => err.status(),
             Dialect::Anthropic => anthropic::error::status(err),
         }
     }
@@ -166,7 +228,10 @@ impl Dialect {
             | Dialect::OpenaiCompletions
             | Dialect::OpenaiChat
             | Dialect::Anthropic
-            | Dialect::VllmLegacy => Vec::new(),
+            | Dialect::VllmLegacy
+            | Dialect::Llamacpp
+            | Dialect::OllamaGenerate
+            | Dialect::OllamaChat => Vec::new(),
         }
     }
 
@@ -177,6 +242,9 @@ impl Dialect {
             Dialect::OpenaiCompletions | Dialect::OpenaiChat => canonical.to_string(),
             Dialect::Anthropic => anthropic::field_name(canonical),
             Dialect::VllmLegacy => vllm_legacy::field_name(canonical),
+            Dialect::Llamacpp => llamacpp::request::field_name(canonical),
+            Dialect::OllamaGenerate => ollama::field_name(canonical, false),
+            Dialect::OllamaChat => ollama::field_name(canonical, true),
         }
     }
 
@@ -190,6 +258,9 @@ impl Dialect {
             Dialect::OpenaiChat => openai::chat::encode_request(req),
             Dialect::Anthropic => anthropic::encode_request(req),
             Dialect::VllmLegacy => vllm_legacy::encode_request(req),
+            Dialect::Llamacpp => llamacpp::request::encode(req),
+            Dialect::OllamaGenerate => ollama::request::encode_generate(req),
+            Dialect::OllamaChat => ollama::request::encode_chat(req),
         }
     }
 
@@ -201,6 +272,8 @@ impl Dialect {
             Dialect::OpenaiChat => openai::chat::decode_response(body),
             Dialect::Anthropic => anthropic::decode_response(body),
             Dialect::VllmLegacy => vllm_legacy::decode_response(body),
+            Dialect::Llamacpp => llamacpp::response::decode(body),
+            Dialect::OllamaGenerate | Dialect::OllamaChat => ollama::response::decode(body),
         }
     }
 
@@ -212,7 +285,10 @@ impl Dialect {
             | Dialect::OpenaiCompletions
             | Dialect::OpenaiChat
             | Dialect::Anthropic
-            | Dialect::VllmLegacy => None,
+            | Dialect::VllmLegacy
+            | Dialect::Llamacpp
+            | Dialect::OllamaGenerate
+            | Dialect::OllamaChat => None,
         }
     }
 
@@ -224,6 +300,10 @@ impl Dialect {
             }
             Dialect::Anthropic => StreamDecoder::Anthropic(anthropic::Decoder::default()),
             Dialect::VllmLegacy => StreamDecoder::VllmLegacy(vllm_legacy::Decoder::default()),
+            Dialect::Llamacpp => StreamDecoder::Llamacpp(llamacpp::stream::Decoder),
+            Dialect::OllamaGenerate | Dialect::OllamaChat => {
+                StreamDecoder::Ollama(ollama::stream::Decoder)
+            }
         }
     }
 

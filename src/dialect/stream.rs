@@ -2,7 +2,7 @@
 
 use bytes::BytesMut;
 
-use super::{anthropic, openai, sglang, vllm_legacy};
+use super::{anthropic, llamacpp, ollama, openai, sglang, vllm_legacy};
 use crate::error::ProxyError;
 use crate::model::Event;
 use crate::stream::framing::Frame;
@@ -14,6 +14,9 @@ pub enum StreamEncoder {
     Chat(openai::chat::StreamEncoder),
     Anthropic(anthropic::StreamEncoder),
     VllmLegacy(vllm_legacy::StreamEncoder),
+    // Boxed: they keep a whole choice or finish, and `Output` holds an encoder inline.
+    Llamacpp(Box<llamacpp::stream::Encoder>),
+    Ollama(Box<ollama::stream::Encoder>),
 }
 
 impl StreamEncoder {
@@ -25,6 +28,8 @@ impl StreamEncoder {
             StreamEncoder::Chat(e) => e.events(events, out),
             StreamEncoder::Anthropic(e) => e.events(events, out),
             StreamEncoder::VllmLegacy(e) => e.events(events, out),
+            StreamEncoder::Llamacpp(e) => e.events(events, out),
+            StreamEncoder::Ollama(e) => e.events(events, out),
         }
     }
 
@@ -36,6 +41,8 @@ impl StreamEncoder {
             StreamEncoder::Chat(e) => e.end(out),
             StreamEncoder::Anthropic(e) => e.end(out),
             StreamEncoder::VllmLegacy(e) => e.end(out),
+            StreamEncoder::Llamacpp(e) => e.end(out),
+            StreamEncoder::Ollama(e) => e.end(out),
         }
     }
 
@@ -48,6 +55,8 @@ impl StreamEncoder {
             }
             StreamEncoder::Anthropic(e) => e.error(err, out),
             StreamEncoder::VllmLegacy(e) => e.error(err, out),
+            StreamEncoder::Llamacpp(e) => e.error(err, out),
+            StreamEncoder::Ollama(e) => e.error(err, out),
         }
     }
 }
@@ -58,6 +67,8 @@ pub enum StreamDecoder {
     Openai(openai::stream::Decoder),
     Anthropic(anthropic::Decoder),
     VllmLegacy(vllm_legacy::Decoder),
+    Llamacpp(llamacpp::stream::Decoder),
+    Ollama(ollama::stream::Decoder),
 }
 
 impl StreamDecoder {
@@ -67,6 +78,8 @@ impl StreamDecoder {
             StreamDecoder::Openai(d) => d.frame(frame, out),
             StreamDecoder::Anthropic(d) => d.frame(frame, out),
             StreamDecoder::VllmLegacy(d) => d.frame(frame, out),
+            StreamDecoder::Llamacpp(d) => d.frame(frame, out),
+            StreamDecoder::Ollama(d) => d.frame(frame, out),
         }
     }
 
@@ -75,7 +88,11 @@ impl StreamDecoder {
     pub fn close(&mut self, out: &mut Vec<Event>) {
         match self {
             StreamDecoder::VllmLegacy(d) => d.close(out),
-            StreamDecoder::Sglang(_) | StreamDecoder::Openai(_) | StreamDecoder::Anthropic(_) => {}
+            StreamDecoder::Sglang(_)
+            | StreamDecoder::Openai(_)
+            | StreamDecoder::Anthropic(_)
+            | StreamDecoder::Llamacpp(_)
+            | StreamDecoder::Ollama(_) => {}
         }
     }
 }

@@ -1,4 +1,5 @@
-//! The simulated inference server (`lingo mock`): a deterministic stand-in for vLLM and SGLang.
+//! The simulated inference server (`lingo mock`): a deterministic stand-in for vLLM, SGLang,
+//! llama.cpp's llama-server and Ollama.
 //!
 //! The mock speaks the servers' wire formats as the project's wire reference (`dialects.md`,
 //! sections 0-2 and 8) describes them, and shares no code with lingo's own dialect modules, so
@@ -17,6 +18,8 @@
 mod driver;
 mod error;
 mod generate;
+mod llamacpp;
+mod ollama;
 mod openai;
 mod prompt;
 mod routes;
@@ -37,6 +40,9 @@ pub use state::MockState;
 pub enum MockKind {
     Vllm,
     Sglang,
+    /// llama.cpp's `llama-server`.
+    Llamacpp,
+    Ollama,
 }
 
 impl MockKind {
@@ -44,6 +50,8 @@ impl MockKind {
         match self {
             MockKind::Vllm => "vllm",
             MockKind::Sglang => "sglang",
+            MockKind::Llamacpp => "llamacpp",
+            MockKind::Ollama => "ollama",
         }
     }
 }
@@ -55,8 +63,10 @@ impl FromStr for MockKind {
         match s {
             "vllm" => Ok(MockKind::Vllm),
             "sglang" => Ok(MockKind::Sglang),
+            "llamacpp" => Ok(MockKind::Llamacpp),
+            "ollama" => Ok(MockKind::Ollama),
             other => Err(format!(
-                "unknown mock kind `{other}` (expected vllm or sglang)"
+                "unknown mock kind `{other}` (expected vllm, sglang, llamacpp or ollama)"
             )),
         }
     }

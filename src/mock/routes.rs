@@ -12,7 +12,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::state::MockState;
-use super::{openai, sglang, tokenize, FailMode, MockKind};
+use super::{llamacpp, ollama, openai, sglang, tokenize, FailMode, MockKind};
 
 /// Long batched prompts exceed axum's 2 MiB default.
 const BODY_LIMIT: usize = 64 << 20;
@@ -21,17 +21,21 @@ const VLLM_VERSION: &str = "0.11.0";
 
 /// The mock's routes for `state.config.kind`.
 pub fn router(state: Arc<MockState>) -> Router {
+    // vLLM and SGLang share the OpenAI routes; llama.cpp and Ollama answer in their own shapes.
+    let openai_routes = || {
+        Router::new()
+            .route("/health", get(()))
+            .route("/v1/models", get(models))
+            .route("/v1/completions", post(openai::completions))
+            .route("/v1/chat/completions", post(openai::chat))
+    };
     let common = Router::new()
-        .route("/health", get(()))
-        .route("/v1/models", get(models))
-        .route("/v1/completions", post(openai::completions))
-        .route("/v1/chat/completions", post(openai::chat))
         .route("/mock/stats", get(stats))
         .route("/mock/hold", post(hold))
         .route("/mock/release", post(release))
         .route("/mock/fail_next_stream", post(fail_next_stream));
     let specific = match state.config.kind {
-        MockKind::Vllm => Router::new()
+        MockKind::Vllm => openai_routes()
             .route("/ping", get(()))
             .route(
                 "/version",
@@ -39,7 +43,7 @@ pub fn router(state: Arc<MockState>) -> Router {
             )
             .route("/tokenize", post(tokenize::tokenize))
             .route("/detokenize", post(tokenize::detokenize)),
-        MockKind::Sglang => Router::new()
+        MockKind::Sglang => openai_routes()
             .route("/generate", post(sglang::generate).put(sglang::generate))
             .route("/health_generate", get(()))
             .route("/get_model_info", get(sglang::info::model_info))
@@ -54,6 +58,8 @@ pub fn router(state: Arc<MockState>) -> Router {
             .route("/v1/detokenize", post(tokenize::detokenize))
             .route("/tokenize", post(tokenize::tokenize))
             .route("/detokenize", post(tokenize::detokenize)),
+        MockKind::Llamacpp => llamacpp::routes(),
+        MockKind::Ollama => ollama::routes(),
     };
     common
         .merge(specific)

@@ -149,6 +149,28 @@ mod tests {
     }
 
     #[test]
+    fn counts_only_at_the_end_replace_the_guesses() {
+        // llama.cpp completions and Ollama streams: text chunks without counts, then the
+        // final chunk with the cumulative count.
+        let mut t = Tally::default();
+        assert_eq!(t.observe(&chunk(0, "a", None, None)), 1);
+        assert_eq!(t.observe(&chunk(0, "b", None, None)), 1);
+        assert_eq!(t.observe(&chunk(0, "", None, Some((4, 5)))), 3);
+        assert_eq!(t.choice_tokens(0), 5);
+        assert_eq!(
+            t.totals(),
+            (
+                Usage {
+                    prompt_tokens: 4,
+                    completion_tokens: 5,
+                    cached_tokens: None
+                },
+                false
+            )
+        );
+    }
+
+    #[test]
     fn no_counts_means_estimate() {
         let mut t = Tally::default();
         t.observe(&chunk(0, "a", None, None));

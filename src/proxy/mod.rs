@@ -1,6 +1,7 @@
 //! `lingo serve`: the router, its shared state, and the layer stack around it.
 
 mod aux;
+mod aux_native;
 mod generate;
 mod layers;
 mod respond;
@@ -46,6 +47,10 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/completions", post(gen(Dialect::OpenaiCompletions)))
         .route("/v1/chat/completions", post(gen(Dialect::OpenaiChat)))
         .route("/v1/messages", post(gen(Dialect::Anthropic)))
+        .route("/completion", post(gen(Dialect::Llamacpp)))
+        .route("/completions", post(gen(Dialect::Llamacpp)))
+        .route("/api/generate", post(gen(Dialect::OllamaGenerate)))
+        .route("/api/chat", post(gen(Dialect::OllamaChat)))
         .merge(aux::routes())
         .fallback(aux::not_found)
         .with_state(state);

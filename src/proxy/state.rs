@@ -25,6 +25,8 @@ impl AppState {
             KindSetting::Auto => None,
             KindSetting::Vllm => Some(Kind::Vllm),
             KindSetting::Sglang => Some(Kind::Sglang),
+            KindSetting::Llamacpp => Some(Kind::Llamacpp),
+            KindSetting::Ollama => Some(Kind::Ollama),
         };
         AppState {
             config,

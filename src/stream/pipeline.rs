@@ -34,6 +34,8 @@ pub enum Output {
 
 struct State {
     body: Incoming,
+    /// The upstream's framing, which a re-framed passthrough writes in too.
+    framing: Framing,
     parser: FrameParser,
     decoder: StreamDecoder,
     output: Output,
@@ -57,6 +59,7 @@ pub fn pipeline(
 ) -> impl Stream<Item = Emit> + Send {
     let state = State {
         body,
+        framing,
         parser: FrameParser::new(framing),
         decoder,
         output,
@@ -189,9 +192,16 @@ impl State {
                 if *strip_usage && is_usage_only(&self.events) {
                     return;
                 }
-                match alias {
-                    Some(a) => write_sse(out, &rewrite_model(&frame.data, a)),
-                    None => write_sse(out, &frame.data),
+                let data = match alias {
+                    Some(a) => rewrite_model(&frame.data, a),
+                    None => frame.data.to_vec(),
+                };
+                match self.framing {
+                    Framing::Sse => write_sse(out, &data),
+                    Framing::Ndjson => {
+                        out.extend_from_slice(&data);
+                        out.extend_from_slice(b"\n");
+                    }
                 }
             }
         }

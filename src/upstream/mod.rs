@@ -19,6 +19,8 @@ pub enum KindSetting {
     Auto,
     Vllm,
     Sglang,
+    Llamacpp,
+    Ollama,
 }
 
 impl std::str::FromStr for KindSetting {
@@ -28,8 +30,10 @@ impl std::str::FromStr for KindSetting {
             "auto" => Ok(KindSetting::Auto),
             "vllm" => Ok(KindSetting::Vllm),
             "sglang" => Ok(KindSetting::Sglang),
+            "llamacpp" => Ok(KindSetting::Llamacpp),
+            "ollama" => Ok(KindSetting::Ollama),
             other => Err(format!(
-                "unknown upstream kind `{other}` (auto, vllm, sglang)"
+                "unknown upstream kind `{other}` (auto, vllm, sglang, llamacpp, ollama)"
             )),
         }
     }
@@ -42,6 +46,11 @@ pub enum Kind {
     Vllm,
     /// SGLang: native `/generate` plus its OpenAI routes.
     Sglang,
+    /// llama.cpp's `llama-server`: native `/completion` plus its OpenAI routes.
+    Llamacpp,
+    /// Ollama: native `/api/generate` and `/api/chat` (its OpenAI routes are not used: the
+    /// native ones take an explicit `num_predict` and report exact counts).
+    Ollama,
 }
 
 impl Kind {
@@ -49,6 +58,8 @@ impl Kind {
         match self {
             Kind::Vllm => "vllm",
             Kind::Sglang => "sglang",
+            Kind::Llamacpp => "llamacpp",
+            Kind::Ollama => "ollama",
         }
     }
 
@@ -60,6 +71,11 @@ impl Kind {
                 dialect,
                 Dialect::Sglang | Dialect::OpenaiCompletions | Dialect::OpenaiChat
             ),
+            Kind::Llamacpp => matches!(
+                dialect,
+                Dialect::Llamacpp | Dialect::OpenaiCompletions | Dialect::OpenaiChat
+            ),
+            Kind::Ollama => matches!(dialect, Dialect::OllamaGenerate | Dialect::OllamaChat),
         }
     }
 
@@ -68,11 +84,11 @@ impl Kind {
         if self.serves(client) {
             return Route::Passthrough;
         }
-        Route::Translate(if client.is_chat() {
-            Dialect::OpenaiChat
-        } else {
-            Dialect::OpenaiCompletions
-        })
+        let completions = match self {
+            Kind::Ollama => Dialect::OllamaGenerate,
+            Kind::Vllm | Kind::Sglang | Kind::Llamacpp => Dialect::OpenaiCompletions,
+        };
+        Route::Translate(completions.for_prompt(client.is_chat()))
     }
 }
 
@@ -111,5 +127,30 @@ mod tests {
                 Route::Translate(Dialect::OpenaiCompletions)
             );
         }
+    }
+
+    #[test]
+    fn llamacpp_and_ollama_routes() {
+        assert_eq!(Kind::Llamacpp.route(Dialect::Llamacpp), Route::Passthrough);
+        assert_eq!(
+            Kind::Llamacpp.route(Dialect::Sglang),
+            Route::Translate(Dialect::OpenaiCompletions)
+        );
+        assert_eq!(
+            Kind::Vllm.route(Dialect::OllamaChat),
+            Route::Translate(Dialect::OpenaiChat)
+        );
+        assert_eq!(
+            Kind::Ollama.route(Dialect::OllamaGenerate),
+            Route::Passthrough
+        );
+        assert_eq!(
+            Kind::Ollama.route(Dialect::OpenaiChat),
+            Route::Translate(Dialect::OllamaChat)
+        );
+        assert_eq!(
+            Kind::Ollama.route(Dialect::Llamacpp),
+            Route::Translate(Dialect::OllamaGenerate)
+        );
     }
 }

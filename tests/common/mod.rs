@@ -61,6 +61,8 @@ pub fn kind_setting(kind: MockKind) -> KindSetting {
     match kind {
         MockKind::Vllm => KindSetting::Vllm,
         MockKind::Sglang => KindSetting::Sglang,
+        MockKind::Llamacpp => KindSetting::Llamacpp,
+        MockKind::Ollama => KindSetting::Ollama,
     }
 }
 

@@ -19,8 +19,8 @@ use crate::upstream::forward_headers;
 #[derive(Deserialize)]
 struct Peek {
     model: Option<String>,
-    #[serde(default)]
-    stream: bool,
+    /// Absent means the dialect's default (Ollama streams by default).
+    stream: Option<bool>,
     stream_options: Option<StreamOptions>,
 }
 
@@ -34,7 +34,12 @@ impl Peek {
     /// the extra chunk from what the client receives.
     fn needs_usage(&self, dialect: Dialect) -> bool {
         let asked = self.stream_options.as_ref().and_then(|o| o.include_usage) == Some(true);
-        self.stream && !asked && dialect != Dialect::Sglang
+        let openai = matches!(dialect, Dialect::OpenaiCompletions | Dialect::OpenaiChat);
+        self.streams(dialect) && !asked && openai
+    }
+
+    fn streams(&self, dialect: Dialect) -> bool {
+        self.stream.unwrap_or(dialect.streams_by_default())
     }
 }
 
@@ -56,7 +61,7 @@ pub async fn handle(
         None => st.default_model().await.ok(),
     };
     let mut rec = respond::record(st, dialect, label_model.as_deref(), &at);
-    rec.stream = peek.stream;
+    rec.stream = peek.streams(dialect);
     let strip_usage = peek.needs_usage(dialect);
     let body = match (alias, strip_usage) {
         (None, false) => body,
@@ -76,7 +81,7 @@ pub async fn handle(
     rec.upstream_headers = Some(sent.elapsed());
     let content_type = resp.content_type.clone().unwrap_or_else(respond::json);
     let alias = alias.map(str::to_string);
-    if peek.stream && resp.status.is_success() {
+    if peek.streams(dialect) && resp.status.is_success() {
         let output = match (alias, strip_usage) {
             (None, false) => Output::Raw,
             (alias, strip_usage) => Output::Reframe { alias, strip_usage },

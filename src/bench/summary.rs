@@ -62,7 +62,8 @@ pub struct Summary {
     pub concurrency: Option<u32>,
     pub stream: bool,
     pub wall_s: f64,
-    pub requests: usize,
+    /// Requests of the level, successful or not.
+    pub total: usize,
     pub ok: usize,
     pub fail: usize,
     /// Output tokens of successful requests.
@@ -143,7 +144,7 @@ impl Summary {
             },
             stream: l.stream,
             wall_s: secs(l.wall),
-            requests: l.results.len(),
+            total: l.results.len(),
             ok: oks.len(),
             fail: l.fail(),
             tokens,

@@ -104,7 +104,7 @@ fn notes(summaries: &[Summary], chat: bool, two: bool) -> Vec<String> {
         if let (Some(good), Some(goodput)) = (s.good, s.goodput) {
             notes.push(format!(
                 "Goodput {name}: {good} of {} requests met the SLOs, {goodput:.2} req/s",
-                s.requests
+                s.total
             ));
         }
         if let Some(v) = &s.server {

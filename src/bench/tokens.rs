@@ -182,4 +182,21 @@ mod tests {
         assert_eq!(text.split(' ').count(), 100);
         assert!(text.starts_with("the "));
     }
+
+    #[tokio::test]
+    async fn a_local_tokenizer_sizes_text_exactly_with_its_special_tokens() {
+        let path =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/bench/tokenizer.json");
+        let counter = Counter::local(&path).unwrap();
+        // The fixture's template adds <s>: "the" is two tokens.
+        assert_eq!(counter.count("the").await.unwrap(), 2);
+        let (cal, why) = Calibration::measure(&counter).await.unwrap();
+        assert_eq!(why, None);
+        assert_eq!((cal.base, cal.lengths), (2, InputLengths::LocalTokenizer));
+        let mut rng = super::super::rng::Rng::new(5, 6);
+        for n in [2, 3, 50, 777] {
+            assert_eq!(counter.count(&cal.text(n, &mut rng)).await.unwrap(), n);
+        }
+        assert!(Counter::local(Path::new("/nonexistent.json")).is_err());
+    }
 }

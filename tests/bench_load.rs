@@ -2,6 +2,8 @@
 //! known TTFT and ITL) and lingo's proxy: accuracy, open-loop schedules, duration bounds,
 //! replay, datasets, `--scrape-metrics` and `--vs-url`.
 
+#![allow(clippy::unwrap_used)] // a panic in a test is a failed test
+
 mod common;
 
 use std::path::PathBuf;

@@ -1,6 +1,8 @@
 //! `lingo bench` reports: the JSON document round trip, `lingo bench compare` on fixture
 //! reports, and the binary's flags end to end (JSON, CSV, `--max-fail` exit status).
 
+#![allow(clippy::unwrap_used)] // a panic in a test is a failed test
+
 mod common;
 
 use std::path::{Path, PathBuf};

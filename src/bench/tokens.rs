@@ -31,7 +31,7 @@ const FIRST: &str = "the";
 pub enum Counter {
     /// The server's `/tokenize` at this path.
     Server {
-        client: Client,
+        client: Box<Client>,
         path: &'static str,
         model: Option<String>,
     },
@@ -44,7 +44,7 @@ impl Counter {
     pub async fn server(client: &Client, model: Option<&str>) -> Option<Counter> {
         for path in ["/tokenize", "/v1/tokenize"] {
             let counter = Counter::Server {
-                client: client.clone(),
+                client: Box::new(client.clone()),
                 path,
                 model: model.map(str::to_string),
             };

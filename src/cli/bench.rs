@@ -74,7 +74,7 @@ pub struct BenchArgs {
     #[command(subcommand)]
     pub command: Option<BenchCommand>,
     #[command(flatten)]
-    pub run: RunArgs,
+    pub run: Box<RunArgs>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -247,7 +247,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
             print!("{}", compare_files(&a, &b)?);
             Ok(())
         }
-        None => run_levels(args.run).await,
+        None => run_levels(*args.run).await,
     }
 }
 

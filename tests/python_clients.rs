@@ -1,5 +1,6 @@
-//! Real clients against lingo: the official `openai` and `anthropic` Python SDKs, and a
-//! stdlib script written the way SGLang users write theirs, against lingo in front of a mock.
+//! Real clients against lingo: the official `openai`, `anthropic` and `ollama` Python SDKs,
+//! and a stdlib script written the way SGLang users write theirs, against lingo in front of
+//! the mocks.
 //! Without Python or the SDK the test is skipped, except under CI (`CI` set), where
 //! `.ci/run` installs them and a skip would hide a failure.
 
@@ -98,6 +99,28 @@ async fn anthropic_sdk_against_lingo() {
             "mock-model".into(),
         ];
         if kind == MockKind::Vllm {
+            args.push("--strict-model".into());
+        }
+        if let Some(out) = run(args).await {
+            assert_ok(out);
+        }
+    }
+}
+
+#[tokio::test]
+async fn ollama_sdk_against_lingo() {
+    // Translated (vLLM, llama.cpp) and passed through (Ollama).
+    for kind in [MockKind::Vllm, MockKind::Llamacpp, MockKind::Ollama] {
+        let mock = mock(kind).await;
+        let base = lingo(config_for(&mock.url(), kind_setting(kind))).await;
+        let mut args = vec![
+            script("ollama_sdk_client.py"),
+            "--base".into(),
+            base,
+            "--model".into(),
+            "mock-model".into(),
+        ];
+        if kind != MockKind::Llamacpp {
             args.push("--strict-model".into());
         }
         if let Some(out) = run(args).await {

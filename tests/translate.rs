@@ -2,7 +2,8 @@
 //! dialect>/`. Each names the client and upstream dialects and holds any of: the client's
 //! request and the upstream request lingo must produce (or the error it must give); an
 //! upstream response and the client response; upstream stream events and the client's
-//! stream events. Adding a case is adding a file.
+//! stream events. Adding a case is adding a file; leave an expected part `null` and run with
+//! `UPDATE_FIXTURES=1` to have it written from lingo's output, then review the diff.
 
 #![allow(clippy::unwrap_used)] // a panic in a test is a failed test
 

@@ -227,13 +227,18 @@ async fn dataset_items(
     Ok(items)
 }
 
-/// Send the warmup requests one by one; an error only if all of them failed.
+/// Send the warmup requests all at once (so `--warmup 64` also opens the 64 connections a
+/// level of 64 will use); an error only if all of them failed.
 async fn warmup(target: &Target, workload: &Workload, count: u32, seq: u64) -> anyhow::Result<()> {
+    let sends = (0..u64::from(count)).map(|i| async move {
+        let body = workload.item(i, seq + i)?.body;
+        Ok::<_, anyhow::Error>(target.send(body, std::time::Instant::now()).await.error)
+    });
+    let errors = futures_util::future::join_all(sends).await;
     let mut last_error = None;
     let mut any_ok = count == 0;
-    for i in 0..u64::from(count) {
-        let body = workload.item(i, seq + i)?.body;
-        match target.send(body, std::time::Instant::now()).await.error {
+    for e in errors {
+        match e? {
             None => any_ok = true,
             Some(e) => last_error = Some(e),
         }

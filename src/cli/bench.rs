@@ -347,12 +347,12 @@ impl Observer for Progress {
         if let Ok(style) = ProgressStyle::with_template(template) {
             self.bar.set_style(style.progress_chars("=> "));
         }
-        self.bar.reset();
+        self.bar.set_message(label.to_string());
         match requests {
             Some(n) => self.bar.set_length(n),
             None => self.bar.unset_length(),
         }
-        self.bar.set_message(label.to_string());
+        self.bar.reset();
     }
 
     fn request_done(&self, _ok: bool) {

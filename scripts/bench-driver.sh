@@ -7,8 +7,10 @@
 # 2. Streaming at concurrency 512:
 #    a. tokens/s the driver sustains through an instant mock (no delays, one token per SSE
 #       event, 256 tokens per request). Goal: >= 200k tokens/s.
-#    b. TTFT error against the mock's injected TTFT (50 ms, then 2 ms per token, 64 tokens):
-#       measured TTFT minus 50 ms, p50 / p99 / max. Goal: p99 < 1 ms.
+#    b. TTFT error against the mock's injected TTFT (50 ms, then 10 ms per token, 64 tokens,
+#       so the pair is not CPU-bound; 512 warmup requests open the connections first):
+#       measured TTFT minus 50 ms, p50 / p99 / max. Goal: p99 < 1 ms. The mock's own timer
+#       (tokio, 1 ms resolution) is part of the error.
 # The mock and the driver share this machine's cores, so the figures are of the pair; the
 # driver's own CPU share is printed from its self-check.
 #
@@ -39,7 +41,7 @@ get() { # file python-expression over d (the report) and l (its first level)
   python3 -c "import json; d=json.load(open('$1')); l=d['levels'][0]; print($2)"
 }
 
-echo "# lingo bench driver speed — $(date -u +%Y-%m-%d), $(nproc) cores, $(uname -m)"
+echo "# lingo bench driver speed — $(date -u +%Y-%m-%d), $(nproc) cores, $(uname -m), load average $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
 echo "## 1. Requests/s against wrk: instant mock, non-streaming, $CONNS connections, ${DURATION}s"
 M=$(free_port)
@@ -76,11 +78,11 @@ get "$WORK/tok.json" "f\"{l['agg_tok_s']:.0f} tokens/s over {l['ok']} requests (
 stop_mock
 
 echo
-echo "## 2b. TTFT error at concurrency 512: mock TTFT 50 ms, 2 ms per token, 64 tokens, 2048 requests"
+echo "## 2b. TTFT error at concurrency 512: mock TTFT 50 ms, 10 ms per token, 64 tokens, 2048 requests"
 M=$(free_port)
-start_mock "$M" 50ms 2ms
+start_mock "$M" 50ms 10ms
 $LINGO bench --url "http://127.0.0.1:$M" --dialect openai-completions --concurrency 512 \
-  --requests-per-level 2048 --input-len 8 --output-len 64 --warmup 8 --percentiles 50,99 \
+  --requests-per-level 2048 --input-len 8 --output-len 64 --warmup 512 --percentiles 50,99 \
   --json "$WORK/ttft.json" >/dev/null
 python3 - "$WORK/ttft.json" <<'PY'
 import json, sys

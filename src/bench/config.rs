@@ -188,12 +188,14 @@ pub struct BenchConfig {
     pub output_len: u32,
     /// Output lengths are uniform in `output_len * [1 - r, 1 + r]`. Default 0.
     pub output_range: f64,
-    /// Requests per level (a cap when `duration` is set). Default 64.
+    /// Requests per level (a cap when `duration` is set); `u32::MAX` for no cap, allowed with
+    /// a `duration` or a replay (which ends with its log). Default 64.
     pub requests_per_level: u32,
     /// Each level also ends when this much time has passed since its start (no new
     /// request is sent after it; those in flight finish). Default none.
     pub duration: Option<Duration>,
-    /// Requests sent one by one before the first level, excluded from the results. Default 1.
+    /// Requests sent all at once before the first level (opening as many connections),
+    /// excluded from the results. Default 1.
     pub warmup: u32,
     /// Stream the answers (needed for TTFT and ITL). Default true.
     pub stream: bool,
@@ -306,7 +308,8 @@ impl BenchConfig {
             bail!("duration: must be more than zero");
         }
         let unbounded = self.requests_per_level == u32::MAX;
-        if unbounded && self.duration.is_none() {
+        let replay = matches!(self.source, Source::Replay(_));
+        if unbounded && self.duration.is_none() && !replay {
             bail!("requests_per_level: give a count or a duration");
         }
         if unbounded && self.request_rate.contains(&Rate::Infinite) {

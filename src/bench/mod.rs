@@ -53,7 +53,7 @@ use crate::dialect::Dialect;
 use crate::upstream::{list_models, Client};
 use exchange::Target;
 use tokens::{Calibration, Counter};
-use workload::{Items, Shapes, Span, Workload};
+use workload::{Items, Shapes, Span, TextShape, Workload};
 
 /// Longest wait for a TCP connection, when the request timeout is longer.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -170,7 +170,8 @@ async fn prepare(
     };
     let calibration = match (&counter, shapes.token_ids) {
         (Some(c), false) => {
-            let (cal, why) = Calibration::measure(c).await?;
+            let special = shapes.text == TextShape::Raw;
+            let (cal, why) = Calibration::measure(c, special).await?;
             if let Some(why) = why {
                 tracing::warn!("input lengths will be approximate: {why}");
             }
@@ -212,28 +213,43 @@ async fn dataset_items(
     mut samples: Vec<dataset::Sample>,
     counter: Option<&Counter>,
 ) -> anyhow::Result<Vec<(dataset::Sample, u32)>> {
+    use futures_util::{StreamExt, TryStreamExt};
     rng::Rng::new(config.seed, 0xDA7A).shuffle(&mut samples);
-    samples.truncate(DATASET_SAMPLES);
-    let mut items = Vec::with_capacity(samples.len());
-    for s in samples {
+    // Only as many as the run can send (sequence numbers wrap around the samples).
+    let targets = 1 + usize::from(config.vs_url.is_some());
+    let needed = match config.requests_per_level {
+        u32::MAX => DATASET_SAMPLES,
+        n => (config.warmup as usize + n as usize * config.loads().len()) * targets,
+    };
+    samples.truncate(needed.min(DATASET_SAMPLES));
+    let output_len = |s: dataset::Sample| async move {
         let out = match (&s.output_len, &s.reply, counter) {
             (Some(n), _, _) => *n,
-            (None, Some(reply), Some(c)) => c.count(reply).await?,
+            (None, Some(reply), Some(c)) => c.count(reply, false).await?,
             (None, Some(reply), None) => reply.split_whitespace().count() as u32,
             (None, None, _) => config.output_len,
         };
-        items.push((s, out.max(1)));
-    }
-    Ok(items)
+        Ok::<_, anyhow::Error>((s, out.max(1)))
+    };
+    futures_util::stream::iter(samples)
+        .map(output_len)
+        .buffered(16)
+        .try_collect()
+        .await
 }
 
-/// Send the warmup requests one by one; an error only if all of them failed.
+/// Send the warmup requests all at once (so `--warmup 64` also opens the 64 connections a
+/// level of 64 will use); an error only if all of them failed.
 async fn warmup(target: &Target, workload: &Workload, count: u32, seq: u64) -> anyhow::Result<()> {
+    let sends = (0..u64::from(count)).map(|i| async move {
+        let body = workload.item(i, seq + i)?.body;
+        Ok::<_, anyhow::Error>(target.send(body, std::time::Instant::now()).await.error)
+    });
+    let errors = futures_util::future::join_all(sends).await;
     let mut last_error = None;
     let mut any_ok = count == 0;
-    for i in 0..u64::from(count) {
-        let body = workload.item(i, seq + i)?.body;
-        match target.send(body, std::time::Instant::now()).await.error {
+    for e in errors {
+        match e? {
             None => any_ok = true,
             Some(e) => last_error = Some(e),
         }

@@ -48,7 +48,7 @@ impl Counter {
                 path,
                 model: model.map(str::to_string),
             };
-            if counter.count("hello world").await.is_ok() {
+            if counter.count("hello world", true).await.is_ok() {
                 return Some(counter);
             }
         }
@@ -69,11 +69,13 @@ impl Counter {
         }
     }
 
-    /// Tokens of `text` as a prompt (special tokens included, as the server will count them).
-    pub async fn count(&self, text: &str) -> anyhow::Result<u32> {
+    /// Tokens of `text`, with the special tokens a raw prompt gets (BOS) when `special`:
+    /// a raw prompt is counted as the server will count it; a chat message's text and an
+    /// answer without them (the chat template brings its own).
+    pub async fn count(&self, text: &str, special: bool) -> anyhow::Result<u32> {
         match self {
             Counter::Local(t) => t
-                .encode(text, true)
+                .encode(text, special)
                 .map(|e| e.len() as u32)
                 .map_err(|e| anyhow::anyhow!("tokenizing: {e}")),
             Counter::Server {
@@ -81,7 +83,7 @@ impl Counter {
                 path,
                 model,
             } => {
-                let mut body = json!({"prompt": text});
+                let mut body = json!({"prompt": text, "add_special_tokens": special});
                 if let Some(m) = model {
                     body["model"] = json!(m);
                 }
@@ -129,13 +131,16 @@ impl Calibration {
         }
     }
 
-    /// Measure with `counter`; falls back to `approximate` (and says why) when the counts
-    /// do not add up.
-    pub async fn measure(counter: &Counter) -> anyhow::Result<(Calibration, Option<String>)> {
-        let base = counter.count(FIRST).await?;
+    /// Measure with `counter` (`special`: as for `Counter::count`); falls back to
+    /// `approximate` (and says why) when the counts do not add up.
+    pub async fn measure(
+        counter: &Counter,
+        special: bool,
+    ) -> anyhow::Result<(Calibration, Option<String>)> {
+        let base = counter.count(FIRST, special).await?;
         let mut words = Vec::new();
         for w in WORDS {
-            if counter.count(&format!("{FIRST} {w}")).await? == base + 1 {
+            if counter.count(&format!("{FIRST} {w}"), special).await? == base + 1 {
                 words.push(w);
             }
         }
@@ -150,7 +155,7 @@ impl Calibration {
         };
         let probe = 200 + base;
         let text = cal.text(probe, &mut super::rng::Rng::new(0, 0));
-        let got = counter.count(&text).await?;
+        let got = counter.count(&text, special).await?;
         if got != probe {
             let why = format!("a {probe}-token test prompt counted {got} tokens");
             return Ok((Calibration::approximate(), Some(why)));
@@ -189,13 +194,17 @@ mod tests {
             Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/bench/tokenizer.json");
         let counter = Counter::local(&path).unwrap();
         // The fixture's template adds <s>: "the" is two tokens.
-        assert_eq!(counter.count("the").await.unwrap(), 2);
-        let (cal, why) = Calibration::measure(&counter).await.unwrap();
+        assert_eq!(counter.count("the", true).await.unwrap(), 2);
+        assert_eq!(counter.count("the", false).await.unwrap(), 1);
+        let (cal, why) = Calibration::measure(&counter, true).await.unwrap();
         assert_eq!(why, None);
         assert_eq!((cal.base, cal.lengths), (2, InputLengths::LocalTokenizer));
         let mut rng = super::super::rng::Rng::new(5, 6);
         for n in [2, 3, 50, 777] {
-            assert_eq!(counter.count(&cal.text(n, &mut rng)).await.unwrap(), n);
+            assert_eq!(
+                counter.count(&cal.text(n, &mut rng), true).await.unwrap(),
+                n
+            );
         }
         assert!(Counter::local(Path::new("/nonexistent.json")).is_err());
     }

@@ -137,14 +137,15 @@ pub struct RunArgs {
     /// Spread of output lengths: uniform in output-len * [1 - r, 1 + r].
     #[arg(long, env = "LINGO_BENCH_OUTPUT_RANGE", default_value_t = 0.0)]
     pub output_range: f64,
-    /// Requests per level (default 64; with --duration, unbounded unless given).
+    /// Requests per level (default 64; with --duration or --replay, unbounded unless given).
     #[arg(long, env = "LINGO_BENCH_REQUESTS_PER_LEVEL")]
     pub requests_per_level: Option<u32>,
     /// Also end each level after this long (e.g. 30s): no request leaves after it, those in
     /// flight finish.
     #[arg(long, env = "LINGO_BENCH_DURATION", value_parser = humantime::parse_duration)]
     pub duration: Option<Duration>,
-    /// Warmup requests per target before the first level, excluded from the results.
+    /// Warmup requests per target, sent all at once before the first level (so they also open
+    /// that many connections), excluded from the results.
     #[arg(long, env = "LINGO_BENCH_WARMUP", default_value_t = 1)]
     pub warmup: u32,
     /// Ask for whole responses instead of streams (TTFT then equals E2E).
@@ -205,8 +206,10 @@ impl RunArgs {
             (None, true) => vec![1, 2, 4, 8, 16, 32],
             (None, false) => Vec::new(),
         };
+        // A replay sends the whole log unless told otherwise.
         let requests_per_level = match (self.requests_per_level, self.duration) {
             (Some(n), _) => n,
+            (None, _) if self.replay.is_some() => u32::MAX,
             (None, Some(_)) => u32::MAX,
             (None, None) => 64,
         };
@@ -344,12 +347,12 @@ impl Observer for Progress {
         if let Ok(style) = ProgressStyle::with_template(template) {
             self.bar.set_style(style.progress_chars("=> "));
         }
-        self.bar.reset();
+        self.bar.set_message(label.to_string());
         match requests {
             Some(n) => self.bar.set_length(n),
             None => self.bar.unset_length(),
         }
-        self.bar.set_message(label.to_string());
+        self.bar.reset();
     }
 
     fn request_done(&self, _ok: bool) {

@@ -39,7 +39,11 @@ impl Target {
     }
 
     async fn exchange(&self, body: Bytes, t0: Instant) -> RequestResult {
-        let resp = match self.client.post_json(self.dialect.path(), body, &[]).await {
+        let resp = match self
+            .client
+            .post_json(self.dialect.request_path(self.stream), body, &[])
+            .await
+        {
             Ok(resp) => resp,
             Err(e) => return failed(e.to_string(), t0.elapsed()),
         };

@@ -135,7 +135,8 @@ mod tests {
 
     #[test]
     fn bodies_come_from_the_dialect_encoders() {
-        for d in Dialect::ALL {
+        // TGI takes neither token prompts nor ignore_eos: the bench cannot drive it exactly.
+        for d in Dialect::ALL.into_iter().filter(|d| *d != Dialect::Tgi) {
             let body = workload(d).body(5).unwrap();
             let v: Value = serde_json::from_slice(&body).unwrap();
             let back = d.decode_request(&body).unwrap();

@@ -94,7 +94,7 @@ impl Default for Config {
 pub struct UpstreamConfig {
     /// Base URL of the inference server. Default `http://127.0.0.1:8000` (vLLM's default).
     pub url: String,
-    /// `auto` (probe the server at start), `vllm` or `sglang`. Default `auto`.
+    /// `auto` (probe the server at start), `vllm`, `sglang` or `tgi`. Default `auto`.
     pub kind: KindSetting,
     /// The upstream's name in metrics labels. Default `default`.
     pub name: String,

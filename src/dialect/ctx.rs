@@ -22,6 +22,12 @@ pub struct Ctx {
     pub logprob_text: bool,
     /// The client asked for usage in the stream.
     pub stream_usage: bool,
+    /// TGI `details`: per-token details and the finish reason with the result.
+    pub details: bool,
+    /// The prompt text to put in front of the output (TGI `return_full_text`).
+    pub echo: Option<String>,
+    /// The seed the client asked for (TGI reports it back).
+    pub seed: Option<u64>,
 }
 
 impl Ctx {
@@ -37,6 +43,12 @@ impl Ctx {
             logprobs: req.logprobs,
             logprob_text: req.logprob_text,
             stream_usage: req.stream_usage,
+            details: req.details,
+            echo: match (&req.prompt, req.echo) {
+                (crate::model::Prompt::Text(t), true) => t.first().cloned(),
+                _ => None,
+            },
+            seed: req.sampling.seed,
         }
     }
 

@@ -7,6 +7,7 @@
 
 pub mod openai;
 pub mod sglang;
+pub mod tgi;
 
 pub mod ctx;
 mod stream;
@@ -28,13 +29,16 @@ pub enum Dialect {
     OpenaiCompletions,
     /// OpenAI `POST /v1/chat/completions`.
     OpenaiChat,
+    /// Hugging Face TGI's native `POST /generate` and `POST /generate_stream`.
+    Tgi,
 }
 
 impl Dialect {
-    pub const ALL: [Dialect; 3] = [
+    pub const ALL: [Dialect; 4] = [
         Dialect::Sglang,
         Dialect::OpenaiCompletions,
         Dialect::OpenaiChat,
+        Dialect::Tgi,
     ];
 
     /// A closed label for metrics and logs.
@@ -43,6 +47,7 @@ impl Dialect {
             Dialect::Sglang => "sglang",
             Dialect::OpenaiCompletions => "openai-completions",
             Dialect::OpenaiChat => "openai-chat",
+            Dialect::Tgi => "tgi",
         }
     }
 
@@ -53,7 +58,7 @@ impl Dialect {
     /// The path this dialect's generation endpoint lives on.
     pub fn path(self) -> &'static str {
         match self {
-            Dialect::Sglang => "/generate",
+            Dialect::Sglang | Dialect::Tgi => "/generate",
             Dialect::OpenaiCompletions => "/v1/completions",
             Dialect::OpenaiChat => "/v1/chat/completions",
         }
@@ -61,8 +66,11 @@ impl Dialect {
 
     /// The path a request goes to on an upstream of this dialect (TGI streams on its own
     /// route).
-    pub fn request_path(self, _stream: bool) -> &'static str {
-        self.path()
+    pub fn request_path(self, stream: bool) -> &'static str {
+        match (self, stream) {
+            (Dialect::Tgi, true) => "/generate_stream",
+            _ => self.path(),
+        }
     }
 
     pub fn framing(self) -> Framing {
@@ -86,6 +94,7 @@ impl Dialect {
             Dialect::Sglang => sglang::request::decode(body),
             Dialect::OpenaiCompletions => openai::completions::decode_request(body),
             Dialect::OpenaiChat => openai::chat::decode_request(body),
+            Dialect::Tgi => tgi::request::decode(body),
         }
     }
 
@@ -95,6 +104,7 @@ impl Dialect {
             Dialect::Sglang => sglang::response::encode(resp, ctx),
             Dialect::OpenaiCompletions => openai::completions::encode_response(resp, ctx),
             Dialect::OpenaiChat => openai::chat::encode_response(resp, ctx),
+            Dialect::Tgi => tgi::response::encode(resp, ctx),
         }
     }
 
@@ -105,6 +115,7 @@ impl Dialect {
                 StreamEncoder::Completions(openai::completions::StreamEncoder::new(ctx))
             }
             Dialect::OpenaiChat => StreamEncoder::Chat(openai::chat::StreamEncoder::new(ctx)),
+            Dialect::Tgi => StreamEncoder::Tgi(tgi::stream::Encoder::new(ctx)),
         }
     }
 
@@ -113,6 +124,7 @@ impl Dialect {
         match self {
             Dialect::Sglang => sglang::error::encode(err),
             Dialect::OpenaiCompletions | Dialect::OpenaiChat => openai::error::encode(err),
+            Dialect::Tgi => tgi::error::encode(err),
         }
     }
 
@@ -120,13 +132,32 @@ impl Dialect {
     pub fn error_status(self, err: &ProxyError) -> http::StatusCode {
         match self {
             Dialect::Sglang | Dialect::OpenaiCompletions | Dialect::OpenaiChat => err.status(),
+            Dialect::Tgi => tgi::error::status(err),
+        }
+    }
+
+    /// Whether a streaming request of this dialect gets its errors inside a 200 stream even
+    /// before any output (TGI's `/generate_stream` always answers 200).
+    pub fn stream_errors_in_band(self) -> bool {
+        matches!(self, Dialect::Tgi)
+    }
+
+    /// The in-band stream error of this dialect, with its terminator where it has one.
+    pub fn write_stream_error(self, err: &ProxyError, out: &mut bytes::BytesMut) {
+        match self {
+            Dialect::Sglang => sglang::error::write_stream_error(err, out),
+            Dialect::OpenaiCompletions | Dialect::OpenaiChat => {
+                openai::error::write_stream_error(err, out)
+            }
+            Dialect::Tgi => tgi::error::write_stream_error(err, out),
         }
     }
 
     /// Headers a whole response carries in this dialect (TGI's `x-prompt-tokens`, ...).
-    pub fn response_headers(self, _resp: &Response) -> Vec<(http::HeaderName, http::HeaderValue)> {
+    pub fn response_headers(self, resp: &Response) -> Vec<(http::HeaderName, http::HeaderValue)> {
         match self {
             Dialect::Sglang | Dialect::OpenaiCompletions | Dialect::OpenaiChat => Vec::new(),
+            Dialect::Tgi => tgi::response::headers(resp),
         }
     }
 
@@ -134,7 +165,11 @@ impl Dialect {
     pub fn field_name(self, canonical: &str) -> String {
         match self {
             Dialect::Sglang => sglang::request::field_name(canonical),
-            Dialect::OpenaiCompletions | Dialect::OpenaiChat => canonical.to_string(),
+            Dialect::OpenaiCompletions | Dialect::OpenaiChat => match canonical {
+                "input_ids" => "prompt".to_string(),
+                other => other.to_string(),
+            },
+            Dialect::Tgi => tgi::request::field_name(canonical),
         }
     }
 
@@ -146,6 +181,7 @@ impl Dialect {
             Dialect::Sglang => sglang::request::encode(req),
             Dialect::OpenaiCompletions => openai::completions::encode_request(req),
             Dialect::OpenaiChat => openai::chat::encode_request(req),
+            Dialect::Tgi => tgi::request::encode(req),
         }
     }
 
@@ -155,14 +191,16 @@ impl Dialect {
             Dialect::Sglang => sglang::response::decode(body),
             Dialect::OpenaiCompletions => openai::completions::decode_response(body),
             Dialect::OpenaiChat => openai::chat::decode_response(body),
+            Dialect::Tgi => tgi::response::decode(body),
         }
     }
 
     /// Token counts an upstream of this dialect puts in response headers (TGI's
     /// `x-prompt-tokens` / `x-generated-tokens`), to complete what the body says.
-    pub fn usage_from_headers(self, _headers: &http::HeaderMap) -> Option<crate::model::Usage> {
+    pub fn usage_from_headers(self, headers: &http::HeaderMap) -> Option<crate::model::Usage> {
         match self {
             Dialect::Sglang | Dialect::OpenaiCompletions | Dialect::OpenaiChat => None,
+            Dialect::Tgi => tgi::response::usage_from_headers(headers),
         }
     }
 
@@ -172,6 +210,7 @@ impl Dialect {
             Dialect::OpenaiCompletions | Dialect::OpenaiChat => {
                 StreamDecoder::Openai(openai::stream::Decoder::new(self.is_chat()))
             }
+            Dialect::Tgi => StreamDecoder::Tgi(tgi::stream::Decoder::default()),
         }
     }
 
@@ -179,6 +218,16 @@ impl Dialect {
     pub fn decode_error(self, body: &[u8]) -> String {
         error_message(body)
     }
+}
+
+/// For `deserialize_with`: tell an explicit `null` (`Some(None)`) from an absent key (`None`,
+/// with `#[serde(default)]`).
+pub(crate) fn present<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::Deserialize<'de>,
+{
+    <Option<T> as serde::Deserialize>::deserialize(d).map(Some)
 }
 
 /// Find the human message in any of the error shapes the servers use.

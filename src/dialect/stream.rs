@@ -2,7 +2,7 @@
 
 use bytes::BytesMut;
 
-use super::{openai, sglang};
+use super::{openai, sglang, tgi};
 use crate::error::ProxyError;
 use crate::model::Event;
 use crate::stream::framing::Frame;
@@ -12,6 +12,7 @@ pub enum StreamEncoder {
     Sglang(sglang::stream::Encoder),
     Completions(openai::completions::StreamEncoder),
     Chat(openai::chat::StreamEncoder),
+    Tgi(tgi::stream::Encoder),
 }
 
 impl StreamEncoder {
@@ -21,6 +22,7 @@ impl StreamEncoder {
             StreamEncoder::Sglang(e) => e.events(events, out),
             StreamEncoder::Completions(e) => e.events(events, out),
             StreamEncoder::Chat(e) => e.events(events, out),
+            StreamEncoder::Tgi(e) => e.events(events, out),
         }
     }
 
@@ -30,6 +32,7 @@ impl StreamEncoder {
             StreamEncoder::Sglang(e) => e.end(out),
             StreamEncoder::Completions(e) => e.end(out),
             StreamEncoder::Chat(e) => e.end(out),
+            StreamEncoder::Tgi(e) => e.end(out),
         }
     }
 
@@ -40,6 +43,7 @@ impl StreamEncoder {
             StreamEncoder::Completions(_) | StreamEncoder::Chat(_) => {
                 openai::error::write_stream_error(err, out)
             }
+            StreamEncoder::Tgi(_) => tgi::error::write_stream_error(err, out),
         }
     }
 }
@@ -48,6 +52,7 @@ impl StreamEncoder {
 pub enum StreamDecoder {
     Sglang(sglang::stream::Decoder),
     Openai(openai::stream::Decoder),
+    Tgi(tgi::stream::Decoder),
 }
 
 impl StreamDecoder {
@@ -55,6 +60,7 @@ impl StreamDecoder {
         match self {
             StreamDecoder::Sglang(d) => d.frame(frame, out),
             StreamDecoder::Openai(d) => d.frame(frame, out),
+            StreamDecoder::Tgi(d) => d.frame(frame, out),
         }
     }
 }

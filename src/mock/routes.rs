@@ -12,7 +12,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::state::MockState;
-use super::{openai, sglang, tokenize, FailMode, MockKind};
+use super::{openai, sglang, tgi, tokenize, FailMode, MockKind};
 
 /// Long batched prompts exceed axum's 2 MiB default.
 const BODY_LIMIT: usize = 64 << 20;
@@ -24,14 +24,15 @@ pub fn router(state: Arc<MockState>) -> Router {
     let common = Router::new()
         .route("/health", get(()))
         .route("/v1/models", get(models))
-        .route("/v1/completions", post(openai::completions))
-        .route("/v1/chat/completions", post(openai::chat))
         .route("/mock/stats", get(stats))
         .route("/mock/hold", post(hold))
         .route("/mock/release", post(release))
         .route("/mock/fail_next_stream", post(fail_next_stream));
+    let openai_routes = Router::new()
+        .route("/v1/completions", post(openai::completions))
+        .route("/v1/chat/completions", post(openai::chat));
     let specific = match state.config.kind {
-        MockKind::Vllm => Router::new()
+        MockKind::Vllm => openai_routes
             .route("/ping", get(()))
             .route(
                 "/version",
@@ -39,7 +40,7 @@ pub fn router(state: Arc<MockState>) -> Router {
             )
             .route("/tokenize", post(tokenize::tokenize))
             .route("/detokenize", post(tokenize::detokenize)),
-        MockKind::Sglang => Router::new()
+        MockKind::Sglang => openai_routes
             .route("/generate", post(sglang::generate).put(sglang::generate))
             .route("/health_generate", get(()))
             .route("/get_model_info", get(sglang::info::model_info))
@@ -54,6 +55,11 @@ pub fn router(state: Arc<MockState>) -> Router {
             .route("/v1/detokenize", post(tokenize::detokenize))
             .route("/tokenize", post(tokenize::tokenize))
             .route("/detokenize", post(tokenize::detokenize)),
+        MockKind::Tgi => Router::new()
+            .route("/generate", post(tgi::generate))
+            .route("/generate_stream", post(tgi::generate_stream))
+            .route("/info", get(tgi::info))
+            .route("/v1/chat/completions", post(tgi::chat)),
     };
     common
         .merge(specific)
@@ -63,6 +69,12 @@ pub fn router(state: Arc<MockState>) -> Router {
 
 async fn models(State(state): State<Arc<MockState>>) -> Json<Value> {
     let cfg = &state.config;
+    if cfg.kind == MockKind::Tgi {
+        // TGI lists its one model, owned by itself, created at 0 (dialects.md 3.5).
+        let m = state.model();
+        return Json(json!({"object": "list", "data": [
+            {"id": m, "object": "model", "created": 0, "owned_by": m}]}));
+    }
     let mut card = json!({
         "id": state.model(), "object": "model", "created": state.started,
         "owned_by": cfg.kind.as_str(), "root": state.model(), "parent": null,

@@ -74,8 +74,8 @@ pub(crate) async fn detokenize(State(state): State<Arc<MockState>>, body: Bytes)
             return ApiError::invalid_body("tokens must be a list of integers")
                 .into_response(ErrorShape::openai(kind));
         }
-        (MockKind::Sglang, Ids::One(ids)) => json!({"text": text(ids)}),
-        (MockKind::Sglang, Ids::Many(lists)) => {
+        (MockKind::Sglang | MockKind::Tgi, Ids::One(ids)) => json!({"text": text(ids)}),
+        (MockKind::Sglang | MockKind::Tgi, Ids::Many(lists)) => {
             json!({"text": lists.iter().map(|ids| text(ids)).collect::<Vec<_>>()})
         }
     };
@@ -114,7 +114,7 @@ fn tokenized(state: &MockState, req: TokenizeRequest) -> Result<Value, ApiError>
             json!({"count": prompt.len(), "max_model_len": cfg.max_model_len,
                    "tokens": prompt.ids, "token_strs": strs})
         }
-        MockKind::Sglang => {
+        MockKind::Sglang | MockKind::Tgi => {
             json!({"tokens": prompt.ids, "count": prompt.len(), "max_model_len": cfg.max_model_len})
         }
     })

@@ -114,6 +114,11 @@ pub struct Request {
     pub stream_usage: bool,
     /// Fill token text into logprob entries (SGLang `return_text_in_logprobs`).
     pub logprob_text: bool,
+    /// Prepend the prompt to the output text (TGI `return_full_text`); the client's encoder
+    /// does it, nothing asks the upstream to.
+    pub echo: bool,
+    /// Return per-token details with the result (TGI `details`).
+    pub details: bool,
     /// Fields the decoder did not interpret. Encoders of the same family may forward them.
     pub extra: Map<String, Value>,
 }
@@ -133,6 +138,8 @@ impl Request {
             request_id: None,
             stream_usage: false,
             logprob_text: false,
+            echo: false,
+            details: false,
             extra: Map::new(),
         }
     }

@@ -1,5 +1,5 @@
-//! The endpoints clients call around generation: health, model and server info, cache
-//! flushes, the model list, and `/metrics`. Forwarded where the upstream has them,
+//! The endpoints clients call around generation: health, model and server info (SGLang's and
+//! TGI's `/info`), cache flushes, the model list, and `/metrics`. Forwarded where the upstream has them,
 //! answered by lingo where it does not.
 
 use std::sync::Arc;
@@ -30,6 +30,7 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/server_info", get(server_info))
         .route("/flush_cache", get(flush_cache).post(flush_cache))
         .route("/v1/models", get(models))
+        .route("/info", get(info))
         .route("/metrics", get(metrics))
 }
 
@@ -88,7 +89,7 @@ async fn health(State(st): St) -> Response {
 async fn health_generate(State(st): St) -> Response {
     match kind(&st).await {
         Ok(Kind::Sglang) => forward(&st, Method::GET, "/health_generate").await,
-        Ok(Kind::Vllm) => forward(&st, Method::GET, "/health").await,
+        Ok(Kind::Vllm | Kind::Tgi) => forward(&st, Method::GET, "/health").await,
         Err(r) => r,
     }
 }
@@ -96,7 +97,7 @@ async fn health_generate(State(st): St) -> Response {
 async fn model_info(State(st): St, uri: Uri) -> Response {
     match kind(&st).await {
         Ok(Kind::Sglang) => forward(&st, Method::GET, uri.path()).await,
-        Ok(Kind::Vllm) => match st.default_model().await {
+        Ok(Kind::Vllm | Kind::Tgi) => match st.default_model().await {
             Ok(m) => axum::Json(json!({
                 "model_path": m, "tokenizer_path": m, "is_generation": true,
                 "preferred_sampling_params": null, "weight_version": "default",
@@ -114,14 +115,14 @@ async fn model_info(State(st): St, uri: Uri) -> Response {
 async fn server_info(State(st): St, uri: Uri) -> Response {
     match kind(&st).await {
         Ok(Kind::Sglang) => forward(&st, Method::GET, uri.path()).await,
-        Ok(Kind::Vllm) => {
+        Ok(kind @ (Kind::Vllm | Kind::Tgi)) => {
             let model = st.default_model().await.unwrap_or_default();
             axum::Json(json!({
                 "model_path": model, "served_model_name": model,
                 "incremental_streaming_output": false, "stream_output": false,
                 "internal_states": [{}],
                 "version": concat!("lingo-", env!("CARGO_PKG_VERSION")),
-                "lingo": {"upstream": st.client.base(), "upstream_kind": "vllm"},
+                "lingo": {"upstream": st.client.base(), "upstream_kind": kind.label()},
             }))
             .into_response()
         }
@@ -132,9 +133,40 @@ async fn server_info(State(st): St, uri: Uri) -> Response {
 async fn flush_cache(State(st): St, method: Method) -> Response {
     match kind(&st).await {
         Ok(Kind::Sglang) => forward(&st, method, "/flush_cache").await,
-        Ok(Kind::Vllm) => (StatusCode::OK, "Cache flushed.\n").into_response(),
+        Ok(Kind::Vllm | Kind::Tgi) => (StatusCode::OK, "Cache flushed.\n").into_response(),
         Err(r) => r,
     }
+}
+
+/// TGI's `/info`: a TGI upstream's own; elsewhere what lingo knows, in TGI's shape (the
+/// context length from the model list when the upstream gives one).
+async fn info(State(st): St) -> Response {
+    let kind = match kind(&st).await {
+        Ok(Kind::Tgi) => return forward(&st, Method::GET, "/info").await,
+        Ok(k) => k,
+        Err(r) => return r,
+    };
+    let model = match st.default_model().await {
+        Ok(m) => m,
+        Err(e) => return upstream_error(&e),
+    };
+    let total = st
+        .models
+        .cards()
+        .into_iter()
+        .find(|c| c.id == model)
+        .and_then(|c| c.max_model_len);
+    axum::Json(json!({
+        "model_id": model, "model_sha": null, "model_pipeline_tag": "text-generation",
+        "max_concurrent_requests": 128, "max_best_of": 1,
+        "max_stop_sequences": crate::dialect::tgi::MAX_STOP_SEQUENCES,
+        "max_input_tokens": total.map(|t| t.saturating_sub(1)), "max_total_tokens": total,
+        "validation_workers": 1, "max_client_batch_size": 1,
+        "router": "lingo", "version": env!("CARGO_PKG_VERSION"), "sha": null,
+        "docker_label": null,
+        "lingo": {"upstream": st.client.base(), "upstream_kind": kind.label()},
+    }))
+    .into_response()
 }
 
 /// The upstream's list, plus one entry per configured alias.

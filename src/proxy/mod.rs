@@ -37,6 +37,7 @@ pub fn app_with_metrics(config: Config, metrics: Arc<Metrics>) -> Router {
 pub fn router(state: Arc<AppState>) -> Router {
     let body_timeout = state.config.timeouts.client_body;
     let gen = |d: Dialect| move |s, h, b| generate::handle(s, d, h, b);
+    let gen_stream = |d: Dialect| move |s, h, b| generate::handle_stream(s, d, h, b);
     let routes = Router::new()
         .route(
             "/generate",
@@ -44,6 +45,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         )
         .route("/v1/completions", post(gen(Dialect::OpenaiCompletions)))
         .route("/v1/chat/completions", post(gen(Dialect::OpenaiChat)))
+        .route("/generate_stream", post(gen_stream(Dialect::Tgi)))
         .merge(aux::routes())
         .fallback(aux::not_found)
         .with_state(state);

@@ -13,6 +13,24 @@ pub struct ModelCard {
     pub max_model_len: Option<u64>,
 }
 
+/// The fields of TGI's `/info` that tell it apart.
+#[derive(Debug, Deserialize)]
+struct TgiInfo {
+    model_id: String,
+    max_total_tokens: u64,
+}
+
+/// TGI's `model_id`, if the upstream answers `/info` as TGI does.
+async fn tgi_info(client: &Client) -> Option<String> {
+    let resp = client.get("/info").await.ok()?;
+    if !resp.status.is_success() {
+        return None;
+    }
+    let body = resp.bytes().await.ok()?;
+    let info: TgiInfo = serde_json::from_slice(&body).ok()?;
+    (info.max_total_tokens > 0).then_some(info.model_id)
+}
+
 #[derive(Debug, Deserialize)]
 struct ModelList {
     data: Vec<ModelCard>,
@@ -30,13 +48,20 @@ pub async fn list_models(client: &Client) -> Option<Vec<ModelCard>> {
         .map(|l| l.data)
 }
 
-/// Probe the upstream: SGLang answers `/get_model_info`; vLLM lists models `owned_by: vllm`.
-/// Anything else that speaks OpenAI is treated as vLLM-like. `None` if nothing answered.
+/// Probe the upstream: SGLang answers `/get_model_info`; TGI answers `/info` with its
+/// `model_id` and router limits; vLLM lists models `owned_by: vllm`. Anything else that speaks
+/// OpenAI is treated as vLLM-like. `None` if nothing answered.
 pub async fn detect_kind(client: &Client) -> Option<(Kind, String)> {
     if let Ok(resp) = client.get("/get_model_info").await {
         if resp.status.is_success() {
             return Some((Kind::Sglang, "GET /get_model_info answered".into()));
         }
+    }
+    if let Some(model) = tgi_info(client).await {
+        return Some((
+            Kind::Tgi,
+            format!("GET /info answered for TGI model {model:?}"),
+        ));
     }
     let models = list_models(client).await?;
     let owner = models

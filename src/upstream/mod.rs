@@ -19,6 +19,7 @@ pub enum KindSetting {
     Auto,
     Vllm,
     Sglang,
+    Tgi,
 }
 
 impl std::str::FromStr for KindSetting {
@@ -28,8 +29,9 @@ impl std::str::FromStr for KindSetting {
             "auto" => Ok(KindSetting::Auto),
             "vllm" => Ok(KindSetting::Vllm),
             "sglang" => Ok(KindSetting::Sglang),
+            "tgi" => Ok(KindSetting::Tgi),
             other => Err(format!(
-                "unknown upstream kind `{other}` (auto, vllm, sglang)"
+                "unknown upstream kind `{other}` (auto, vllm, sglang, tgi)"
             )),
         }
     }
@@ -42,6 +44,8 @@ pub enum Kind {
     Vllm,
     /// SGLang: native `/generate` plus its OpenAI routes.
     Sglang,
+    /// Hugging Face TGI: native `/generate`, `/generate_stream` and its Messages API.
+    Tgi,
 }
 
 impl Kind {
@@ -49,6 +53,7 @@ impl Kind {
         match self {
             Kind::Vllm => "vllm",
             Kind::Sglang => "sglang",
+            Kind::Tgi => "tgi",
         }
     }
 
@@ -56,20 +61,33 @@ impl Kind {
     pub fn serves(self, dialect: Dialect) -> bool {
         match self {
             Kind::Vllm => matches!(dialect, Dialect::OpenaiCompletions | Dialect::OpenaiChat),
-            Kind::Sglang => true,
+            Kind::Sglang => !matches!(dialect, Dialect::Tgi),
+            Kind::Tgi => matches!(dialect, Dialect::Tgi | Dialect::OpenaiChat),
         }
     }
 
-    /// Where a client dialect's request goes on this kind.
+    /// Where a client dialect's request goes on this kind: raw prompts to the kind's native
+    /// endpoint (vLLM's is completions), chats to its chat endpoint.
     pub fn route(self, client: Dialect) -> Route {
         if self.serves(client) {
             return Route::Passthrough;
         }
-        Route::Translate(if client.is_chat() {
-            Dialect::OpenaiChat
-        } else {
-            Dialect::OpenaiCompletions
+        Route::Translate(match (self, client.is_chat()) {
+            (_, true) => Dialect::OpenaiChat,
+            (Kind::Vllm, false) => Dialect::OpenaiCompletions,
+            (Kind::Sglang, false) => Dialect::Sglang,
+            (Kind::Tgi, false) => Dialect::Tgi,
         })
+    }
+
+    /// The kind a setting names (`None` for `auto`).
+    pub fn from_setting(setting: KindSetting) -> Option<Kind> {
+        match setting {
+            KindSetting::Auto => None,
+            KindSetting::Vllm => Some(Kind::Vllm),
+            KindSetting::Sglang => Some(Kind::Sglang),
+            KindSetting::Tgi => Some(Kind::Tgi),
+        }
     }
 }
 
@@ -94,5 +112,22 @@ mod tests {
         );
         assert_eq!(Kind::Sglang.route(Dialect::Sglang), Route::Passthrough);
         assert_eq!(Kind::Vllm.route(Dialect::OpenaiChat), Route::Passthrough);
+    }
+
+    #[test]
+    fn tgi_serves_its_own_endpoints_and_takes_raw_prompts_natively() {
+        assert_eq!(Kind::Tgi.route(Dialect::Tgi), Route::Passthrough);
+        assert_eq!(Kind::Tgi.route(Dialect::OpenaiChat), Route::Passthrough);
+        for client in [Dialect::Sglang, Dialect::OpenaiCompletions] {
+            assert_eq!(Kind::Tgi.route(client), Route::Translate(Dialect::Tgi));
+        }
+        assert_eq!(
+            Kind::Vllm.route(Dialect::Tgi),
+            Route::Translate(Dialect::OpenaiCompletions)
+        );
+        assert_eq!(
+            Kind::Sglang.route(Dialect::Tgi),
+            Route::Translate(Dialect::Sglang)
+        );
     }
 }

@@ -61,6 +61,7 @@ pub fn kind_setting(kind: MockKind) -> KindSetting {
     match kind {
         MockKind::Vllm => KindSetting::Vllm,
         MockKind::Sglang => KindSetting::Sglang,
+        MockKind::Tgi => KindSetting::Tgi,
     }
 }
 

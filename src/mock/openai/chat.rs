@@ -147,7 +147,7 @@ impl Encoder for Stream {
         let ctx = &self.0;
         let (stop_reason, matched_stop) = match ctx.kind {
             MockKind::Vllm => (StopSlot::Absent, StopSlot::Absent),
-            MockKind::Sglang => (StopSlot::Absent, StopSlot::Null),
+            MockKind::Sglang | MockKind::Tgi => (StopSlot::Absent, StopSlot::Null),
         };
         for (index, seq) in seqs.iter().enumerate() {
             let delta = DeltaBody {

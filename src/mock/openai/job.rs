@@ -88,7 +88,7 @@ fn prepare(
             )));
         }
         (MockKind::Vllm, _) => state.model(),
-        (MockKind::Sglang, m) => m.unwrap_or("default").to_owned(),
+        (MockKind::Sglang | MockKind::Tgi, m) => m.unwrap_or("default").to_owned(),
     };
     let stream = common.stream.unwrap_or(false);
     if cfg.kind == MockKind::Vllm && common.stream_options.is_some() && !stream {

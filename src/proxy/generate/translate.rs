@@ -28,6 +28,8 @@ pub async fn handle(
         Ok(r) => r,
         Err(e) => return respond::error(st, respond::record(st, client, None, &at), client, &e),
     };
+    // TGI's `/generate_stream` streams by route.
+    req.stream |= at.stream;
     let (resolved, from_discovery) = match resolve_model(st, &req).await {
         Ok(m) => m,
         Err(e) => return respond::error(st, respond::record(st, client, None, &at), client, &e),
@@ -73,7 +75,7 @@ fn response_id(client: Dialect, req: &Request) -> String {
     }
     let hex = ctx::random_id();
     match client {
-        Dialect::Sglang => hex,
+        Dialect::Sglang | Dialect::Tgi => hex,
         Dialect::OpenaiCompletions => format!("cmpl-{hex}"),
         Dialect::OpenaiChat => format!("chatcmpl-{hex}"),
     }
@@ -94,7 +96,7 @@ async fn send(
         let body = target.encode_request(req).map_err(|e| rename(client, e))?;
         let resp = st
             .client
-            .post_json(target.path(), Bytes::from(body), fwd)
+            .post_json(target.request_path(req.stream), Bytes::from(body), fwd)
             .await?;
         if resp.status.is_success() {
             return Ok(resp);
@@ -157,12 +159,14 @@ async fn whole(
         ..Summary::default()
     };
     let bytes = Bytes::from(client.encode_response(&out, ctx));
-    respond::full(
+    let mut resp = respond::full(
         st,
         rec,
         http::StatusCode::OK,
         respond::json(),
         bytes,
         summary,
-    )
+    );
+    resp.headers_mut().extend(client.response_headers(&out));
+    resp
 }

@@ -25,6 +25,8 @@ struct Seen {
 struct Row {
     name: &'static str,
     path: &'static str,
+    /// The stream settings the row runs with.
+    streams: &'static [bool],
     request: fn(bool) -> Value,
     read: fn(&str, bool) -> Seen,
 }
@@ -116,22 +118,57 @@ fn openai_read(body: &str, stream: bool, content: fn(&Value) -> Option<&str>) ->
     seen
 }
 
+fn tgi_request(_stream: bool) -> Value {
+    json!({"inputs": PROMPT,
+           "parameters": {"max_new_tokens": MAX, "details": true, "do_sample": false}})
+}
+
+/// TGI's stream: one token per event, no terminator, the last event with `details`.
+fn tgi_read(body: &str, _stream: bool) -> Seen {
+    assert!(
+        body.starts_with("data:{"),
+        "TGI events have no space: {body:.40}"
+    );
+    let events = sse_events(body);
+    assert!(!events.contains(&json!("[DONE]")), "TGI sends no [DONE]");
+    let text = events
+        .iter()
+        .filter(|e| e["token"]["special"] != json!(true))
+        .map(|e| e["token"]["text"].as_str().unwrap())
+        .collect();
+    let last = events.last().unwrap();
+    assert_eq!(last["generated_text"], json!(text), "final generated_text");
+    Seen {
+        text,
+        tokens: last["details"]["generated_tokens"].as_u64().unwrap(),
+        finish: last["details"]["finish_reason"]
+            .as_str()
+            .unwrap()
+            .to_string(),
+    }
+}
+
+const BOTH: &[bool] = &[false, true];
+
 const ROWS: &[Row] = &[
     Row {
         name: "sglang",
         path: "/generate",
+        streams: BOTH,
         request: sglang_request,
         read: sglang_read,
     },
     Row {
         name: "openai-completions",
         path: "/v1/completions",
+        streams: BOTH,
         request: completions_request,
         read: |b, s| openai_read(b, s, |c| c["text"].as_str()),
     },
     Row {
         name: "openai-chat",
         path: "/v1/chat/completions",
+        streams: BOTH,
         request: chat_request,
         read: |b, s| {
             openai_read(b, s, |c| {
@@ -141,10 +178,44 @@ const ROWS: &[Row] = &[
             })
         },
     },
+    // TGI's non-stream `/generate` shares SGLang's path: the main router tells them apart by
+    // body, so only the stream route is driven here.
+    Row {
+        name: "tgi",
+        path: "/generate_stream",
+        streams: &[true],
+        request: tgi_request,
+        read: tgi_read,
+    },
 ];
 
-/// The text the mock generates for PROMPT, asked directly on its completions route.
-async fn direct_text(mock: &Mock) -> String {
+/// TGI has no `ignore_eos` (lingo refuses it); the matrix's outputs stop at MAX long before the
+/// mock's earliest EOS (16 tokens), so the rows run without it there.
+fn without_ignore_eos(mut v: Value) -> Value {
+    if let Some(o) = v.as_object_mut() {
+        o.remove("ignore_eos");
+    }
+    if let Some(p) = v["sampling_params"].as_object_mut() {
+        p.remove("ignore_eos");
+    }
+    v
+}
+
+/// The text the mock generates for PROMPT, asked directly on its completions route (TGI's
+/// `/generate` for the TGI mock).
+async fn direct_text(mock: &Mock, kind: MockKind) -> String {
+    if kind == MockKind::Tgi {
+        let v: Value = client()
+            .post(format!("{}/generate", mock.url()))
+            .json(&tgi_request(false))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        return v["generated_text"].as_str().unwrap().to_string();
+    }
     let v: Value = client()
         .post(format!("{}/v1/completions", mock.url()))
         .json(&completions_request(false))
@@ -160,14 +231,18 @@ async fn direct_text(mock: &Mock) -> String {
 async fn run_matrix(kind: MockKind) {
     let mock = mock(kind).await;
     let base = lingo(config_for(&mock.url(), kind_setting(kind))).await;
-    let expected_text = direct_text(&mock).await;
+    let expected_text = direct_text(&mock, kind).await;
     let mut requests = 1;
     for row in ROWS {
-        for stream in [false, true] {
+        for &stream in row.streams {
             let what = format!("{} via {:?}, stream={stream}", row.name, kind);
+            let mut request = (row.request)(stream);
+            if kind == MockKind::Tgi {
+                request = without_ignore_eos(request);
+            }
             let resp = client()
                 .post(format!("{base}{}", row.path))
-                .json(&(row.request)(stream))
+                .json(&request)
                 .send()
                 .await
                 .unwrap();
@@ -200,6 +275,88 @@ async fn every_dialect_against_vllm() {
 #[tokio::test]
 async fn every_dialect_against_sglang() {
     run_matrix(MockKind::Sglang).await;
+}
+
+#[tokio::test]
+async fn every_dialect_against_tgi() {
+    run_matrix(MockKind::Tgi).await;
+}
+
+/// What TGI cannot do is refused with a 400 naming the field, before anything reaches it.
+#[tokio::test]
+async fn untranslatable_requests_to_tgi_are_refused() {
+    let mock = mock(MockKind::Tgi).await;
+    let base = lingo(config_for(&mock.url(), lingo::upstream::KindSetting::Tgi)).await;
+    let cases = [
+        (
+            "/generate",
+            sglang_request(false),
+            "sampling_params.ignore_eos",
+        ),
+        ("/v1/completions", completions_request(true), "ignore_eos"),
+        (
+            "/generate",
+            json!({"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 2}}),
+            "input_ids",
+        ),
+        (
+            "/v1/completions",
+            json!({"model": "mock-model", "prompt": PROMPT, "n": 2}),
+            "n",
+        ),
+    ];
+    for (path, body, field) in cases {
+        let resp = client()
+            .post(format!("{base}{path}"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 400, "{path} {body}");
+        let text = resp.text().await.unwrap();
+        assert!(
+            text.contains(field),
+            "{path}: the error names {field}: {text}"
+        );
+    }
+    assert_eq!(mock.state.stats().requests, 0, "nothing reached TGI");
+}
+
+#[tokio::test]
+async fn auto_detects_tgi_by_its_info() {
+    let mock = mock(MockKind::Tgi).await;
+    let base = lingo(config_for(&mock.url(), lingo::upstream::KindSetting::Auto)).await;
+    let body = client()
+        .post(format!("{base}/generate_stream"))
+        .json(&tgi_request(true))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(tgi_read(&body, true).tokens, MAX);
+    let info: Value = client()
+        .get(format!("{base}/get_server_info"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(info["lingo"]["upstream_kind"], "tgi");
+    let info: Value = client()
+        .get(format!("{base}/info"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        info["router"], "text-generation-router",
+        "forwarded from TGI"
+    );
 }
 
 #[tokio::test]

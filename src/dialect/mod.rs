@@ -210,7 +210,7 @@ impl Dialect {
             Dialect::OpenaiCompletions | Dialect::OpenaiChat => {
                 StreamDecoder::Openai(openai::stream::Decoder::new(self.is_chat()))
             }
-            Dialect::Tgi => StreamDecoder::Tgi(tgi::stream::Decoder::default()),
+            Dialect::Tgi => StreamDecoder::Tgi(tgi::stream::Decoder),
         }
     }
 

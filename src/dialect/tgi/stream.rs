@@ -20,12 +20,15 @@ pub fn write_event<T: Serialize>(out: &mut BytesMut, value: &T) {
     out.put_slice(b"\n\n");
 }
 
+/// An alternative token: text, id, logprob (as in `TokenLogprob::top`).
+type Alt = (Option<String>, Option<u32>, f64);
+
 /// One token to send: its id, text and logprob when known.
 struct Tok<'a> {
     id: Option<u32>,
     text: &'a str,
     logprob: Option<f64>,
-    top: Option<&'a [(Option<String>, Option<u32>, f64)]>,
+    top: Option<&'a [Alt]>,
 }
 
 /// Client side: canonical events to TGI stream events.
@@ -198,7 +201,7 @@ struct EventWire {
 }
 
 /// Upstream side: one chunk per token event; the final event closes the choice.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Decoder;
 
 impl Decoder {

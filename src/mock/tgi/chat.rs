@@ -110,7 +110,7 @@ fn validate(req: &ChatRequest, limits: Limits) -> Result<(Prompt, Params), ApiEr
 pub(crate) async fn chat(State(state): State<Arc<MockState>>, body: Bytes) -> Response {
     let req = match parse::<ChatRequest>(&body) {
         Ok(req) => req,
-        Err(rejection) => return rejection,
+        Err(rejection) => return rejection.into_response(),
     };
     let (guard, ordinal) = state.begin();
     let checked = if state.should_fail(ordinal) {

@@ -47,7 +47,7 @@ pub(crate) async fn generate_stream(State(state): State<Arc<MockState>>, body: B
 async fn generate_as(state: Arc<MockState>, body: Bytes, stream: bool) -> Response {
     let req = match parse::<GenerateRequest>(&body) {
         Ok(req) => req,
-        Err(rejection) => return rejection,
+        Err(rejection) => return rejection.into_response(),
     };
     let (guard, ordinal) = state.begin();
     let job = if state.should_fail(ordinal) {
@@ -110,14 +110,29 @@ async fn generate_as(state: Arc<MockState>, body: Bytes, stream: bool) -> Respon
 }
 
 /// axum's `Json` rejection: a syntax error is a 400, a type error a 422, both plain text.
-fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Response> {
+pub(super) struct Rejected(StatusCode, String);
+
+impl IntoResponse for Rejected {
+    fn into_response(self) -> Response {
+        (
+            self.0,
+            [(CONTENT_TYPE, "text/plain; charset=utf-8")],
+            self.1,
+        )
+            .into_response()
+    }
+}
+
+fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Rejected> {
     serde_json::from_slice(body).map_err(|e| {
         let status = match e.classify() {
             serde_json::error::Category::Data => StatusCode::UNPROCESSABLE_ENTITY,
             _ => StatusCode::BAD_REQUEST,
         };
-        let text = format!("Failed to deserialize the JSON body into the target type: {e}");
-        (status, [(CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response()
+        Rejected(
+            status,
+            format!("Failed to deserialize the JSON body into the target type: {e}"),
+        )
     })
 }
 

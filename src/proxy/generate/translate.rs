@@ -52,7 +52,7 @@ pub async fn handle(
             resp.body,
             target.framing(),
             target.stream_decoder(),
-            Output::Encode(enc),
+            Output::Encode(Box::new(enc)),
             sent.elapsed(),
         );
         let ct = HeaderValue::from_static(client.stream_content_type());

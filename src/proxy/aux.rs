@@ -1,6 +1,6 @@
-//! The endpoints clients call around generation: health, model and server info (SGLang's and
-//! TGI's `/info`), cache flushes, the model list, and `/metrics`. Forwarded where the upstream has them,
-//! answered by lingo where it does not.
+//! The endpoints clients call around generation: health, model and server info (SGLang's, and
+//! TGI's `/info`), cache flushes, the model list, and `/metrics`. Forwarded where the upstream
+//! has them, answered by lingo where it does not.
 
 use std::sync::Arc;
 

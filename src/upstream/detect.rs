@@ -20,15 +20,19 @@ struct TgiInfo {
     max_total_tokens: u64,
 }
 
-/// TGI's `model_id`, if the upstream answers `/info` as TGI does.
-async fn tgi_info(client: &Client) -> Option<String> {
+/// TGI's model, if the upstream answers `/info` as TGI does.
+async fn tgi_info(client: &Client) -> Option<ModelCard> {
     let resp = client.get("/info").await.ok()?;
     if !resp.status.is_success() {
         return None;
     }
     let body = resp.bytes().await.ok()?;
     let info: TgiInfo = serde_json::from_slice(&body).ok()?;
-    (info.max_total_tokens > 0).then_some(info.model_id)
+    (info.max_total_tokens > 0).then_some(ModelCard {
+        id: info.model_id,
+        owned_by: None,
+        max_model_len: Some(info.max_total_tokens),
+    })
 }
 
 #[derive(Debug, Deserialize)]
@@ -36,8 +40,16 @@ struct ModelList {
     data: Vec<ModelCard>,
 }
 
-/// The upstream's `/v1/models`, or `None` when it does not answer one.
+/// The upstream's `/v1/models` (TGI releases without it: its `/info`), or `None` when it
+/// answers neither.
 pub async fn list_models(client: &Client) -> Option<Vec<ModelCard>> {
+    match openai_models(client).await {
+        Some(list) => Some(list),
+        None => tgi_info(client).await.map(|card| vec![card]),
+    }
+}
+
+async fn openai_models(client: &Client) -> Option<Vec<ModelCard>> {
     let resp = client.get("/v1/models").await.ok()?;
     if !resp.status.is_success() {
         return None;
@@ -57,13 +69,11 @@ pub async fn detect_kind(client: &Client) -> Option<(Kind, String)> {
             return Some((Kind::Sglang, "GET /get_model_info answered".into()));
         }
     }
-    if let Some(model) = tgi_info(client).await {
-        return Some((
-            Kind::Tgi,
-            format!("GET /info answered for TGI model {model:?}"),
-        ));
+    if let Some(card) = tgi_info(client).await {
+        let why = format!("GET /info answered for TGI model {:?}", card.id);
+        return Some((Kind::Tgi, why));
     }
-    let models = list_models(client).await?;
+    let models = openai_models(client).await?;
     let owner = models
         .first()
         .and_then(|m| m.owned_by.clone())

@@ -84,7 +84,6 @@ pub fn decode(body: &[u8]) -> Result<Request, ProxyError> {
     let top_n = p.top_n_tokens.filter(|&n| n > 0);
     if req.details || top_n.is_some() {
         req.logprobs = Some(top_n.unwrap_or(0));
-        req.logprob_text = true;
     }
     req.sampling = sampling(p, sample_default)?;
     Ok(req)

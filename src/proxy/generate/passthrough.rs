@@ -41,7 +41,7 @@ impl Peek {
 
 /// The `model` to send upstream, when it must change: an alias becomes its target, and TGI's
 /// Messages API takes anything but `"tgi"` for a LoRA adapter id, so its own model is `"tgi"`.
-fn upstream_model(
+async fn upstream_model(
     st: &AppState,
     kind: Kind,
     dialect: Dialect,
@@ -52,7 +52,7 @@ fn upstream_model(
     let tgi_base = kind == Kind::Tgi
         && dialect == Dialect::OpenaiChat
         && resolved != "tgi"
-        && st.models.default_model().as_deref() == Some(resolved);
+        && st.default_model().await.ok().as_deref() == Some(resolved);
     match (tgi_base, st.models.is_alias(model)) {
         (true, _) => Some("tgi".to_string()),
         (false, true) => Some(resolved.to_string()),
@@ -82,7 +82,7 @@ pub async fn handle(
     let mut rec = respond::record(st, dialect, label_model.as_deref(), &at);
     rec.stream = stream;
     let strip_usage = peek.needs_usage(dialect);
-    let send_model = upstream_model(st, kind, dialect, peek.model.as_deref());
+    let send_model = upstream_model(st, kind, dialect, peek.model.as_deref()).await;
     let body = match (&send_model, strip_usage) {
         (None, false) => body,
         (model, _) => match rewrite_request(&body, model.as_deref(), strip_usage) {

@@ -44,27 +44,13 @@ async fn stream_text(m: &Mock, body: Value) -> String {
 #[tokio::test]
 async fn info_describes_a_tgi_router() {
     let m = tgi().await;
-    let v: Value = client()
-        .get(format!("{}/info", m.url()))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let v: Value = get_json(&format!("{}/info", m.url())).await;
     assert_eq!(v["model_id"], "mock-model");
     assert_eq!(v["max_total_tokens"], 32768);
     assert_eq!(v["max_input_tokens"], 32767);
     assert_eq!(v["max_stop_sequences"], 4);
     assert_eq!(v["router"], "text-generation-router");
-    let models: Value = client()
-        .get(format!("{}/v1/models", m.url()))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let models: Value = get_json(&format!("{}/v1/models", m.url())).await;
     assert_eq!(
         models["data"][0],
         json!({"id": "mock-model", "object": "model", "created": 0, "owned_by": "mock-model"})

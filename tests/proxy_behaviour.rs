@@ -507,14 +507,7 @@ async fn tgi_stream_failure_after_output_is_an_error_event_last() {
 #[tokio::test]
 async fn tgi_info_is_synthesized_for_other_upstreams() {
     let (_mock, base) = vllm_pair().await;
-    let v: Value = client()
-        .get(format!("{base}/info"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let v: Value = get_json(&format!("{base}/info")).await;
     assert_eq!(v["model_id"], "mock-model");
     assert_eq!(v["max_total_tokens"], 32768);
     assert_eq!(v["max_stop_sequences"], 4);

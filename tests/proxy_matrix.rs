@@ -336,23 +336,9 @@ async fn auto_detects_tgi_by_its_info() {
         .await
         .unwrap();
     assert_eq!(tgi_read(&body, true).tokens, MAX);
-    let info: Value = client()
-        .get(format!("{base}/get_server_info"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let info: Value = get_json(&format!("{base}/get_server_info")).await;
     assert_eq!(info["lingo"]["upstream_kind"], "tgi");
-    let info: Value = client()
-        .get(format!("{base}/info"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let info: Value = get_json(&format!("{base}/info")).await;
     assert_eq!(
         info["router"], "text-generation-router",
         "forwarded from TGI"

@@ -72,6 +72,18 @@ pub fn client() -> reqwest::Client {
         .unwrap()
 }
 
+/// GET a URL and read its JSON body.
+pub async fn get_json(url: &str) -> Value {
+    client()
+        .get(url)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
 /// Read a whole SSE body into its `data:` payloads (JSON, or the raw string for `[DONE]`).
 pub fn sse_events(body: &str) -> Vec<Value> {
     body.split("\n\n")

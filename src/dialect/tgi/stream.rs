@@ -134,20 +134,7 @@ impl Encoder {
 /// from the logprobs when they add up to the chunk's text), else one for the whole chunk.
 fn split(c: &Chunk) -> Vec<Tok<'_>> {
     let lps = c.logprobs.as_deref().unwrap_or(&[]);
-    let texts_known = !lps.is_empty()
-        && lps.iter().all(|l| l.token.is_some())
-        && lps
-            .iter()
-            .filter_map(|l| l.token.as_deref())
-            .map(str::len)
-            .sum::<usize>()
-            == c.text.len()
-        && lps
-            .iter()
-            .filter_map(|l| l.token.as_deref())
-            .collect::<String>()
-            == c.text;
-    if texts_known {
+    if !lps.is_empty() && texts_add_up(lps, &c.text) {
         let ids = c.token_ids.as_deref().unwrap_or(&[]);
         return lps
             .iter()
@@ -179,6 +166,18 @@ fn split(c: &Chunk) -> Vec<Tok<'_>> {
             top: None,
         }],
     }
+}
+
+/// Whether the logprobs' token texts, in order, are exactly the chunk's text.
+fn texts_add_up(lps: &[crate::model::TokenLogprob], text: &str) -> bool {
+    let mut rest = text;
+    for l in lps {
+        match l.token.as_deref().and_then(|t| rest.strip_prefix(t)) {
+            Some(r) => rest = r,
+            None => return false,
+        }
+    }
+    rest.is_empty()
 }
 
 #[derive(Debug, Deserialize)]

@@ -36,6 +36,7 @@ fn body(err: &ProxyError) -> serde_json::Value {
     json!({"error": err.to_string(), "error_type": error_type(err)})
 }
 
+/// The error body of a whole response.
 pub fn encode(err: &ProxyError) -> Vec<u8> {
     body(err).to_string().into_bytes()
 }

@@ -66,6 +66,8 @@ pub fn field_name(canonical: &str) -> String {
     }
 }
 
+/// Decode a TGI client's `/generate` (or `/generate_stream`) body; the stream flag is the
+/// route's (the handler sets it), or the compat route's `stream`.
 pub fn decode(body: &[u8]) -> Result<Request, ProxyError> {
     let w: GenerateRequest = decode_json(body)?;
     if w.inputs.is_empty() {

@@ -91,6 +91,7 @@ pub(super) fn finish_to_wire(f: Option<&Finish>) -> &'static str {
     }
 }
 
+/// Decode a TGI upstream's whole response (its token counts come from the headers).
 pub fn decode(body: &[u8]) -> Result<Response, ProxyError> {
     let w: BodyWire = serde_json::from_slice(body)
         .map_err(|e| ProxyError::UpstreamProtocol(format!("generate response: {e}")))?;
@@ -144,6 +145,7 @@ pub fn usage_from_headers(headers: &HeaderMap) -> Option<Usage> {
     })
 }
 
+/// The count headers of a whole response for a TGI client.
 pub fn headers(resp: &Response) -> Vec<(HeaderName, HeaderValue)> {
     let u = resp.usage.unwrap_or_default();
     vec![
@@ -209,6 +211,8 @@ fn tokens_json(c: &Choice, ctx: &Ctx) -> (Vec<Value>, Option<Vec<Value>>) {
     }
 }
 
+/// Encode a whole response for a TGI client: the prompt in front with `return_full_text`,
+/// `details` when asked.
 pub fn encode(resp: &Response, ctx: &Ctx) -> Vec<u8> {
     let empty = Choice::default();
     let c = resp.choices.first().unwrap_or(&empty);

@@ -54,6 +54,7 @@ impl Encoder {
         }
     }
 
+    /// Encode the events decoded from one upstream frame.
     pub fn events(&mut self, events: &[Event], out: &mut BytesMut) {
         for ev in events {
             self.tally.observe(ev);
@@ -204,6 +205,7 @@ struct EventWire {
 pub struct Decoder;
 
 impl Decoder {
+    /// Decode one `data:` event.
     pub fn frame(&mut self, frame: &Frame, out: &mut Vec<Event>) -> Result<(), ProxyError> {
         if is_done_marker(&frame.data) {
             out.push(Event::Done);

@@ -160,15 +160,14 @@ fn config(url: &str, dialect: Dialect) -> BenchConfig {
     BenchConfig {
         url: url.to_string(),
         dialect,
-        model: None,
         concurrency: vec![1, 3],
         input_len: 24,
         output_len: 16,
         requests_per_level: 7,
         warmup: 1,
-        stream: true,
         seed: 7,
         timeout: Duration::from_secs(30),
+        ..BenchConfig::default()
     }
 }
 
@@ -196,8 +195,8 @@ async fn tokens_come_from_usage_and_counts_per_level_are_exact() {
 
     assert_eq!(levels.len(), 2);
     assert_eq!(server.requests.load(Ordering::SeqCst), 1 + 7 + 7);
-    for (l, c) in levels.iter().zip([1, 3]) {
-        assert_eq!(l.concurrency, c);
+    for (l, c) in levels.iter().zip(["c=1", "c=3"]) {
+        assert_eq!(l.label(), c);
         assert_eq!(l.results.len(), 7);
         assert_eq!((l.ok(), l.fail()), (7, 0));
         // The server generated 10 tokens; 16 were asked for.
@@ -296,7 +295,8 @@ async fn failures_are_counted_exactly() {
     let table = render_table(&levels);
     let rows = rows(&table);
     assert_eq!(rows[0][6..], ["6", "3"]);
-    assert!(table.contains("C=4: 3 x HTTP 500: boom"), "{table}");
+    assert!(table.contains("c=4: 3 x HTTP 500: boom"), "{table}");
+    assert!(table.contains("Failures c=4: http_500 3"), "{table}");
 }
 
 #[tokio::test]
@@ -309,13 +309,13 @@ async fn table_shows_the_measured_numbers() {
     let lines: Vec<&str> = table.lines().collect();
     assert_eq!(
         lines[0],
-        "   C |  Agg tok/s |  Per-req tok/s |  TTFT(s) |   Tokens |  Wall(s) |   Ok | Fail"
+        "     Level |  Agg tok/s |  Per-req tok/s |  TTFT(s) |   Tokens |  Wall(s) |   Ok | Fail"
     );
     let rows = rows(&table);
     assert_eq!(rows.len(), 2, "{table}");
     for (row, l) in rows.iter().zip(&levels) {
         assert_eq!(row.len(), 8);
-        assert_eq!(row[0], l.concurrency.to_string());
+        assert_eq!(row[0], l.label());
         assert_eq!(row[1], format!("{:.1}", l.agg_tok_s()));
         assert_eq!(row[2], format!("{:.1}", l.per_req_tok_s()));
         assert_eq!(row[3], format!("{:.3}", l.mean_ttft()));
@@ -467,7 +467,8 @@ async fn openai_chat_against_the_mock_discovers_the_model() {
         assert!(last_token <= r.e2e.as_secs_f64() + 1e-6);
     }
     assert_eq!(state.stats().completed, 15);
-    assert!(render_table(&levels).contains("chat input length is approximate"));
+    // The mock serves /tokenize, so the chat prompt's text was sized by it.
+    assert!(render_table(&levels).contains("exact by the server's own /tokenize"));
 }
 
 #[tokio::test]
@@ -498,4 +499,60 @@ async fn openai_completions_against_the_mock_with_failures_and_without_streaming
         assert_eq!(r.ttft, Some(r.e2e));
     }
     assert_eq!(state.stats().requests, 26);
+}
+
+// ---- through lingo ---------------------------------------------------------------------
+
+/// A mock vLLM behind lingo; returns lingo's URL and the mock's state.
+async fn lingo_over_vllm() -> (String, Arc<MockState>) {
+    let (upstream, state) = mock(MockConfig::default()).await;
+    let mut config = lingo::config::Config::default();
+    config.upstream.url = upstream;
+    config.upstream.kind = lingo::upstream::KindSetting::Vllm;
+    let addr = serve(lingo::proxy::app(config)).await;
+    (format!("http://{addr}"), state)
+}
+
+#[tokio::test]
+async fn anthropic_messages_through_lingo() {
+    let (url, state) = lingo_over_vllm().await;
+    for stream in [true, false] {
+        let mut cfg = config(&url, Dialect::Anthropic);
+        cfg.stream = stream;
+        let levels = run(&cfg).await.unwrap();
+        for l in &levels {
+            assert_eq!(
+                (l.ok(), l.fail()),
+                (7, 0),
+                "stream={stream}: {:?}",
+                l.errors()
+            );
+        }
+        for r in all_results(&levels) {
+            // Exact output length (lingo's `ignore_eos` extension), the totals from
+            // `message_delta` (or the whole message's usage), the mock's chat template.
+            assert_eq!(
+                (r.output_tokens, r.prompt_tokens, r.estimated),
+                (16, 27, false),
+                "stream={stream}"
+            );
+        }
+    }
+    assert_eq!(state.stats().completion_tokens, 2 * 15 * 16);
+}
+
+#[tokio::test]
+async fn vllm_legacy_generate_through_lingo() {
+    let (url, state) = lingo_over_vllm().await;
+    let levels = run(&config(&url, Dialect::VllmLegacy)).await.unwrap();
+    for l in &levels {
+        assert_eq!((l.ok(), l.fail()), (7, 0), "{:?}", l.errors());
+        assert_eq!(l.total_tokens(), 7 * 16);
+    }
+    for r in all_results(&levels) {
+        // The dialect reports no counts: one token per cumulative line, marked estimated.
+        assert_eq!((r.output_tokens, r.estimated), (16, true));
+        assert_eq!(r.itl.len(), 15);
+    }
+    assert_eq!(state.stats().completion_tokens, 15 * 16);
 }

@@ -513,3 +513,22 @@ async fn tgi_info_is_synthesized_for_other_upstreams() {
     assert_eq!(v["max_stop_sequences"], 4);
     assert_eq!(v["lingo"]["upstream_kind"], "vllm");
 }
+
+#[tokio::test]
+async fn generate_body_without_a_known_prompt_field_is_refused_with_what_was_expected() {
+    let (mock, base) = vllm_pair().await;
+    let r = client()
+        .post(format!("{base}/generate"))
+        .json(&json!({"text": "a", "inputs": "b"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let v: Value = r.json().await.unwrap();
+    let msg = v["message"].as_str().unwrap_or_default();
+    assert!(
+        msg.contains("`text` or `input_ids` (SGLang)") && msg.contains("`inputs` (TGI)"),
+        "{v}"
+    );
+    assert_eq!(mock.state.stats().requests, 0);
+}

@@ -14,7 +14,8 @@ use serde_json::{json, Value};
 const PROMPT: &str = "the quick brown fox jumps";
 const MAX: u64 = 9;
 
-/// What one answer said: text, completion tokens, finish reason (normalised).
+/// What one answer said: text, completion tokens, finish reason (normalised; empty for a
+/// dialect that never says, vLLM's legacy server).
 #[derive(Debug, PartialEq)]
 struct Seen {
     text: String,
@@ -108,8 +109,9 @@ fn openai_read(body: &str, stream: bool, content: fn(&Value) -> Option<&str>) ->
             }
         }
         if let Some(n) = e["usage"]["completion_tokens"].as_u64() {
+            // llama.cpp (passed through) puts usage and timings on its last completions chunk.
             assert!(
-                e["choices"].as_array().unwrap().is_empty(),
+                e["choices"].as_array().unwrap().is_empty() || e.get("timings").is_some(),
                 "usage comes in its own chunk"
             );
             seen.tokens = n;
@@ -123,8 +125,17 @@ fn tgi_request(_stream: bool) -> Value {
            "parameters": {"max_new_tokens": MAX, "details": true, "do_sample": false}})
 }
 
-/// TGI's stream: one token per event, no terminator, the last event with `details`.
-fn tgi_read(body: &str, _stream: bool) -> Seen {
+/// TGI's answer: one object with `details`, or a stream of one token per event, no
+/// terminator, the last event with `details`.
+fn tgi_read(body: &str, stream: bool) -> Seen {
+    if !stream {
+        let v: Value = serde_json::from_str(body).unwrap();
+        return Seen {
+            text: v["generated_text"].as_str().unwrap().to_string(),
+            tokens: v["details"]["generated_tokens"].as_u64().unwrap(),
+            finish: v["details"]["finish_reason"].as_str().unwrap().to_string(),
+        };
+    }
     assert!(
         body.starts_with("data:{"),
         "TGI events have no space: {body:.40}"
@@ -149,6 +160,209 @@ fn tgi_read(body: &str, _stream: bool) -> Seen {
 }
 
 const BOTH: &[bool] = &[false, true];
+
+fn anthropic_request(stream: bool) -> Value {
+    // `ignore_eos` is lingo's extension of the Messages API (fixed output lengths).
+    json!({"model": "mock-model", "max_tokens": MAX, "stream": stream, "temperature": 0,
+           "system": "be brief", "messages": [{"role": "user", "content": PROMPT}],
+           "ignore_eos": true})
+}
+
+fn anthropic_finish(reason: &Value) -> String {
+    match reason.as_str().unwrap() {
+        "max_tokens" => "length".into(),
+        "end_turn" | "stop_sequence" => "stop".into(),
+        other => other.into(),
+    }
+}
+
+/// Anthropic's named events, in order: `(event name, payload)`; the name must repeat the
+/// payload's `type`.
+fn named_events(body: &str) -> Vec<(String, Value)> {
+    body.split("\n\n")
+        .filter(|b| !b.trim().is_empty())
+        .map(|block| {
+            let name = block
+                .lines()
+                .find_map(|l| l.strip_prefix("event: "))
+                .unwrap();
+            let data = block
+                .lines()
+                .find_map(|l| l.strip_prefix("data: "))
+                .unwrap();
+            let v: Value = serde_json::from_str(data).unwrap();
+            assert_eq!(
+                v["type"],
+                json!(name),
+                "event name and type differ: {block}"
+            );
+            (name.to_string(), v)
+        })
+        .collect()
+}
+
+fn anthropic_read(body: &str, stream: bool) -> Seen {
+    if !stream {
+        let v: Value = serde_json::from_str(body).unwrap();
+        assert_eq!(v["type"], "message");
+        assert!(v["id"].as_str().unwrap().starts_with("msg_"), "{v}");
+        assert!(v["usage"]["input_tokens"].as_u64().unwrap() > 0, "{v}");
+        return Seen {
+            text: v["content"][0]["text"].as_str().unwrap_or_default().into(),
+            tokens: v["usage"]["output_tokens"].as_u64().unwrap(),
+            finish: anthropic_finish(&v["stop_reason"]),
+        };
+    }
+    let events = named_events(body);
+    let names: Vec<&str> = events.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names[..3],
+        ["message_start", "content_block_start", "ping"],
+        "{names:?}"
+    );
+    assert_eq!(
+        names[names.len() - 3..],
+        ["content_block_stop", "message_delta", "message_stop"],
+        "{names:?}"
+    );
+    // Upstreams that count per chunk (vLLM, SGLang) give the prompt count with the first
+    // token, so `message_start` has it; the others only at the end, in `message_delta`.
+    let start = &events[0].1["message"];
+    let end = &events[events.len() - 2].1;
+    assert!(
+        start["usage"]["input_tokens"].as_u64().unwrap() > 0
+            || end["usage"]["input_tokens"].as_u64().unwrap_or(0) > 0,
+        "{start} {end}"
+    );
+    let text = events
+        .iter()
+        .filter(|(n, _)| n == "content_block_delta")
+        .map(|(_, v)| v["delta"]["text"].as_str().unwrap())
+        .collect();
+    let delta = &events[events.len() - 2].1;
+    Seen {
+        text,
+        tokens: delta["usage"]["output_tokens"].as_u64().unwrap(),
+        finish: anthropic_finish(&delta["delta"]["stop_reason"]),
+    }
+}
+
+fn vllm_legacy_request(stream: bool) -> Value {
+    json!({"prompt": PROMPT, "stream": stream, "max_tokens": MAX, "ignore_eos": true,
+           "temperature": 0})
+}
+
+/// `{"text": [prompt + output]}`, whole or as cumulative lines. The dialect reports no token
+/// counts: the mock's output tokens are words, so they are counted as words.
+fn vllm_legacy_read(body: &str, stream: bool) -> Seen {
+    let full = if stream {
+        let texts: Vec<String> = body
+            .split('\n')
+            .filter(|l| !l.is_empty())
+            .map(|l| {
+                let v: Value = serde_json::from_str(l).unwrap();
+                v["text"][0].as_str().unwrap().to_string()
+            })
+            .collect();
+        assert!(body.ends_with('\n'), "every line ends with a newline");
+        for w in texts.windows(2) {
+            assert!(w[1].starts_with(&w[0]), "not cumulative: {w:?}");
+        }
+        texts.last().unwrap().clone()
+    } else {
+        let v: Value = serde_json::from_str(body).unwrap();
+        v["text"][0].as_str().unwrap().to_string()
+    };
+    let text = full.strip_prefix(PROMPT).expect("the prompt comes first");
+    Seen {
+        text: text.to_string(),
+        tokens: text.split_whitespace().count() as u64,
+        finish: String::new(),
+    }
+}
+
+fn llamacpp_request(stream: bool) -> Value {
+    json!({"prompt": PROMPT, "n_predict": MAX, "ignore_eos": true, "temperature": 0,
+           "stream": stream})
+}
+
+/// llama.cpp's `stop_type`, named as the other rows name their finish reasons.
+fn stop_type(v: &Value) -> String {
+    match v["stop_type"].as_str().unwrap() {
+        "limit" => "length".into(),
+        other => other.into(),
+    }
+}
+
+fn llamacpp_read(body: &str, stream: bool) -> Seen {
+    if !stream {
+        let v: Value = serde_json::from_str(body).unwrap();
+        assert_eq!(v["stop"], json!(true));
+        return Seen {
+            text: v["content"].as_str().unwrap().to_string(),
+            tokens: v["tokens_predicted"].as_u64().unwrap(),
+            finish: stop_type(&v),
+        };
+    }
+    let events = sse_events(body);
+    assert!(
+        !events.contains(&json!("[DONE]")),
+        "llama.cpp sends no [DONE]"
+    );
+    let (last, partial) = events.split_last().unwrap();
+    assert_eq!(last["stop"], json!(true), "the stream ends with stop: true");
+    assert_eq!(last["content"], json!(""));
+    assert!(last["timings"]["predicted_n"].is_u64(), "timings: {last}");
+    let mut text = String::new();
+    for e in partial {
+        assert_eq!(e["stop"], json!(false));
+        text.push_str(e["content"].as_str().unwrap());
+    }
+    Seen {
+        text,
+        tokens: last["tokens_predicted"].as_u64().unwrap(),
+        finish: stop_type(last),
+    }
+}
+
+fn ollama_generate_request(stream: bool) -> Value {
+    json!({"model": "mock-model", "prompt": PROMPT, "raw": true, "stream": stream,
+           "options": {"num_predict": MAX, "temperature": 0}})
+}
+
+fn ollama_chat_request(stream: bool) -> Value {
+    json!({"model": "mock-model", "messages": [{"role": "user", "content": PROMPT}],
+           "stream": stream, "options": {"num_predict": MAX, "temperature": 0}})
+}
+
+fn ollama_text(v: &Value) -> &str {
+    v["response"]
+        .as_str()
+        .or(v["message"]["content"].as_str())
+        .unwrap()
+}
+
+fn ollama_read(body: &str, stream: bool) -> Seen {
+    let lines: Vec<Value> = body
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let (last, partial) = lines.split_last().unwrap();
+    assert_eq!(last["done"], json!(true), "the answer ends with done: true");
+    assert!(last["total_duration"].as_u64().unwrap() > 0, "{last}");
+    assert!(last["eval_duration"].is_u64(), "{last}");
+    if !stream {
+        assert!(partial.is_empty(), "one object when not streaming");
+    }
+    let mut text: String = partial.iter().map(ollama_text).collect();
+    text.push_str(ollama_text(last));
+    Seen {
+        text,
+        tokens: last["eval_count"].as_u64().unwrap(),
+        finish: last["done_reason"].as_str().unwrap().to_string(),
+    }
+}
 
 const ROWS: &[Row] = &[
     Row {
@@ -178,31 +392,87 @@ const ROWS: &[Row] = &[
             })
         },
     },
-    // TGI's non-stream `/generate` shares SGLang's path: the main router tells them apart by
-    // body, so only the stream route is driven here.
+    // TGI's non-stream `/generate` shares SGLang's path: the router tells them apart by body.
     Row {
         name: "tgi",
+        path: "/generate",
+        streams: &[false],
+        request: tgi_request,
+        read: tgi_read,
+    },
+    Row {
+        name: "tgi-stream",
         path: "/generate_stream",
         streams: &[true],
         request: tgi_request,
         read: tgi_read,
     },
+    Row {
+        name: "anthropic",
+        path: "/v1/messages",
+        streams: BOTH,
+        request: anthropic_request,
+        read: anthropic_read,
+    },
+    Row {
+        name: "vllm-legacy",
+        path: "/generate",
+        streams: BOTH,
+        request: vllm_legacy_request,
+        read: vllm_legacy_read,
+    },
+    Row {
+        name: "llamacpp",
+        path: "/completion",
+        streams: BOTH,
+        request: llamacpp_request,
+        read: llamacpp_read,
+    },
+    Row {
+        name: "ollama-generate",
+        path: "/api/generate",
+        streams: BOTH,
+        request: ollama_generate_request,
+        read: ollama_read,
+    },
+    Row {
+        name: "ollama-chat",
+        path: "/api/chat",
+        streams: BOTH,
+        request: ollama_chat_request,
+        read: ollama_read,
+    },
 ];
 
-/// TGI has no `ignore_eos` (lingo refuses it); the matrix's outputs stop at MAX long before the
-/// mock's earliest EOS (16 tokens), so the rows run without it there.
-fn without_ignore_eos(mut v: Value) -> Value {
-    if let Some(o) = v.as_object_mut() {
-        o.remove("ignore_eos");
+/// Remove a key wherever it appears (top level or nested, as in SGLang's sampling_params).
+fn without(mut v: Value, key: &str) -> Value {
+    fn strip(v: &mut Value, key: &str) {
+        if let Value::Object(m) = v {
+            m.remove(key);
+            m.values_mut().for_each(|v| strip(v, key));
+        }
     }
-    if let Some(p) = v["sampling_params"].as_object_mut() {
-        p.remove("ignore_eos");
-    }
+    strip(&mut v, key);
     v
 }
 
-/// The text the mock generates for PROMPT, asked directly on its completions route (TGI's
-/// `/generate` for the TGI mock).
+fn mentions(v: &Value, key: &str) -> bool {
+    match v {
+        Value::Object(m) => m.iter().any(|(k, v)| k == key || mentions(v, key)),
+        _ => false,
+    }
+}
+
+/// Fields an upstream kind cannot honour: lingo must refuse them with a 400 naming them.
+fn refused_by(kind: MockKind) -> &'static [&'static str] {
+    match kind {
+        MockKind::Ollama => &["ignore_eos"],
+        _ => &[],
+    }
+}
+
+/// The text the mock generates for PROMPT, asked directly on its completions route (its
+/// native one for TGI and Ollama).
 async fn direct_text(mock: &Mock, kind: MockKind) -> String {
     if kind == MockKind::Tgi {
         let v: Value = client()
@@ -215,6 +485,18 @@ async fn direct_text(mock: &Mock, kind: MockKind) -> String {
             .await
             .unwrap();
         return v["generated_text"].as_str().unwrap().to_string();
+    }
+    if kind == MockKind::Ollama {
+        let v: Value = client()
+            .post(format!("{}/api/generate", mock.url()))
+            .json(&ollama_generate_request(false))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        return v["response"].as_str().unwrap().to_string();
     }
     let v: Value = client()
         .post(format!("{}/v1/completions", mock.url()))
@@ -234,11 +516,40 @@ async fn run_matrix(kind: MockKind) {
     let expected_text = direct_text(&mock, kind).await;
     let mut requests = 1;
     for row in ROWS {
+        // Refused by design, with a message naming the field: TGI's `details` needs logprobs,
+        // which lingo does not ask of Ollama; llama.cpp's default `min_p` has no TGI
+        // equivalent.
+        if matches!(
+            (kind, row.name),
+            (MockKind::Ollama, "tgi" | "tgi-stream") | (MockKind::Tgi, "llamacpp")
+        ) {
+            continue;
+        }
         for &stream in row.streams {
             let what = format!("{} via {:?}, stream={stream}", row.name, kind);
             let mut request = (row.request)(stream);
+            for field in refused_by(kind) {
+                if !mentions(&request, field) {
+                    continue;
+                }
+                let resp = client()
+                    .post(format!("{base}{}", row.path))
+                    .json(&request)
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(resp.status(), 400, "{what}: {field} must be refused");
+                let body = resp.text().await.unwrap();
+                assert!(
+                    body.contains(field),
+                    "{what}: the refusal names {field}: {body}"
+                );
+                request = without(request, field);
+            }
+            // TGI has no `ignore_eos` (lingo refuses it, see below); the matrix's outputs stop
+            // at MAX long before the mock's earliest EOS (16 tokens), so it runs without it.
             if kind == MockKind::Tgi {
-                request = without_ignore_eos(request);
+                request = without(request, "ignore_eos");
             }
             let resp = client()
                 .post(format!("{base}{}", row.path))
@@ -246,13 +557,16 @@ async fn run_matrix(kind: MockKind) {
                 .send()
                 .await
                 .unwrap();
-            assert_eq!(resp.status(), 200, "{what}");
+            let status = resp.status();
             let body = resp.text().await.unwrap();
+            assert_eq!(status, 200, "{what}: {body}");
             let seen = (row.read)(&body, stream);
             requests += 1;
             assert_eq!(seen.tokens, MAX, "{what}: token count");
-            assert_eq!(seen.finish, "length", "{what}: finish reason");
-            if row.name != "openai-chat" {
+            if !seen.finish.is_empty() {
+                assert_eq!(seen.finish, "length", "{what}: finish reason");
+            }
+            if !matches!(row.name, "openai-chat" | "anthropic" | "ollama-chat") {
                 assert_eq!(seen.text, expected_text, "{what}: text");
             } else {
                 assert!(!seen.text.is_empty(), "{what}: text");
@@ -346,13 +660,28 @@ async fn auto_detects_tgi_by_its_info() {
 }
 
 #[tokio::test]
+async fn every_dialect_against_llamacpp() {
+    run_matrix(MockKind::Llamacpp).await;
+}
+
+#[tokio::test]
+async fn every_dialect_against_ollama() {
+    run_matrix(MockKind::Ollama).await;
+}
+
+#[tokio::test]
 async fn auto_detects_each_kind() {
-    for kind in [MockKind::Vllm, MockKind::Sglang] {
+    for kind in [
+        MockKind::Vllm,
+        MockKind::Sglang,
+        MockKind::Llamacpp,
+        MockKind::Ollama,
+    ] {
         let mock = mock(kind).await;
         let base = lingo(config_for(&mock.url(), lingo::upstream::KindSetting::Auto)).await;
         let body = client()
             .post(format!("{base}/generate"))
-            .json(&sglang_request(true))
+            .json(&without(sglang_request(true), "ignore_eos"))
             .send()
             .await
             .unwrap()

@@ -1,5 +1,5 @@
-//! Real clients against lingo: the official `openai` Python SDK, and a stdlib script written
-//! the way SGLang users write theirs. Both run against lingo in front of a mock vLLM.
+//! Real clients against lingo: the official `openai` and `anthropic` Python SDKs, and a
+//! stdlib script written the way SGLang users write theirs, against lingo in front of a mock.
 //! Without Python or the SDK the test is skipped, except under CI (`CI` set), where
 //! `.ci/run` installs them and a skip would hide a failure.
 
@@ -71,6 +71,27 @@ async fn openai_sdk_against_lingo() {
         let base = lingo(config_for(&mock.url(), kind_setting(kind))).await;
         let mut args = vec![
             script("openai_sdk_client.py"),
+            "--base".into(),
+            base,
+            "--model".into(),
+            "mock-model".into(),
+        ];
+        if kind == MockKind::Vllm {
+            args.push("--strict-model".into());
+        }
+        if let Some(out) = run(args).await {
+            assert_ok(out);
+        }
+    }
+}
+
+#[tokio::test]
+async fn anthropic_sdk_against_lingo() {
+    for kind in [MockKind::Vllm, MockKind::Sglang] {
+        let mock = mock(kind).await;
+        let base = lingo(config_for(&mock.url(), kind_setting(kind))).await;
+        let mut args = vec![
+            script("anthropic_sdk_client.py"),
             "--base".into(),
             base,
             "--model".into(),

@@ -7,13 +7,16 @@ use bytes::Bytes;
 use http_body_util::BodyExt;
 
 use super::measure::{failed, Meter};
-use super::report::RequestResult;
+use super::report::{ErrorKind, RequestResult};
 use crate::dialect::Dialect;
+use crate::error::ProxyError;
 use crate::stream::framing::FrameParser;
 use crate::upstream::{Client, UpstreamResponse};
 
 /// Everything needed to send one request; shared by all workers of a run.
 pub struct Target {
+    /// 0 for the run's `url` (A), 1 for `vs_url` (B).
+    pub index: usize,
     pub client: Client,
     pub dialect: Dialect,
     pub stream: bool,
@@ -23,12 +26,14 @@ pub struct Target {
 }
 
 impl Target {
-    /// Send `body` and measure the answer; never panics, every failure is a failed result.
-    pub async fn send(&self, body: Bytes) -> RequestResult {
-        let t0 = Instant::now();
+    /// Send `body` now and measure the answer, with latencies from `t0` (the request's
+    /// scheduled time, which may be earlier than now); the timeout runs from now. Never
+    /// panics: every failure is a failed result.
+    pub async fn send(&self, body: Bytes, t0: Instant) -> RequestResult {
         match tokio::time::timeout(self.timeout, self.exchange(body, t0)).await {
             Ok(result) => result,
             Err(_) => failed(
+                ErrorKind::Timeout,
                 format!(
                     "timed out after {}",
                     humantime::format_duration(self.timeout)
@@ -39,13 +44,16 @@ impl Target {
     }
 
     async fn exchange(&self, body: Bytes, t0: Instant) -> RequestResult {
-        let resp = match self
-            .client
-            .post_json(self.dialect.request_path(self.stream), body, &[])
-            .await
-        {
+        let path = self.dialect.request_path(self.stream);
+        let resp = match self.client.post_json(path, body, &[]).await {
             Ok(resp) => resp,
-            Err(e) => return failed(e.to_string(), t0.elapsed()),
+            Err(e) => {
+                let kind = match e {
+                    ProxyError::UpstreamTimeout => ErrorKind::Timeout,
+                    _ => ErrorKind::Connect,
+                };
+                return failed(kind, e.to_string(), t0.elapsed());
+            }
         };
         if !resp.status.is_success() {
             let status = resp.status;
@@ -53,7 +61,11 @@ impl Target {
                 Ok(b) => self.dialect.decode_error(&b),
                 Err(e) => e.to_string(),
             };
-            return failed(format!("HTTP {}: {message}", status.as_u16()), t0.elapsed());
+            return failed(
+                ErrorKind::Http(status.as_u16()),
+                format!("HTTP {}: {message}", status.as_u16()),
+                t0.elapsed(),
+            );
         }
         if self.stream {
             self.read_stream(resp, t0).await
@@ -86,13 +98,23 @@ impl Target {
                     false
                 }
                 Some(Err(e)) => {
-                    return failed(format!("reading the stream: {e}"), at.duration_since(t0))
+                    return failed(
+                        ErrorKind::Read,
+                        format!("reading the stream: {e}"),
+                        at.duration_since(t0),
+                    )
                 }
             };
             for frame in frames.drain(..) {
                 if let Err(e) = decoder.frame(&frame, &mut events) {
-                    return failed(e.to_string(), at.duration_since(t0));
+                    return failed(ErrorKind::Decode, e.to_string(), at.duration_since(t0));
                 }
+                for ev in events.drain(..) {
+                    meter.event(&ev, at);
+                }
+            }
+            if end {
+                decoder.close(&mut events);
                 for ev in events.drain(..) {
                     meter.event(&ev, at);
                 }
@@ -105,20 +127,28 @@ impl Target {
 
     /// A whole answer: TTFT is E2E; tokens from the response's usage.
     async fn read_whole(&self, resp: UpstreamResponse, t0: Instant) -> RequestResult {
+        let header_usage = self.dialect.usage_from_headers(&resp.headers);
         let bytes = match resp.bytes().await {
             Ok(b) => b,
-            Err(e) => return failed(e.to_string(), t0.elapsed()),
+            Err(e) => return failed(ErrorKind::Read, e.to_string(), t0.elapsed()),
         };
         let e2e = t0.elapsed();
         let mut r = match self.dialect.decode_response(&bytes) {
             Ok(r) => r,
-            Err(e) => return failed(e.to_string(), e2e),
+            Err(e) => return failed(ErrorKind::Decode, e.to_string(), e2e),
         };
         let Some(first) = r.choices.first() else {
-            return failed("the response has no choices".into(), e2e);
+            return failed(ErrorKind::Decode, "the response has no choices".into(), e2e);
         };
         if let Some(crate::model::Finish::Abort(msg)) = &first.finish {
-            return failed(format!("aborted by the server: {msg}"), e2e);
+            return failed(
+                ErrorKind::Abort,
+                format!("aborted by the server: {msg}"),
+                e2e,
+            );
+        }
+        if r.usage.is_none() {
+            r.usage = header_usage;
         }
         let reported = r.usage.is_some() || r.choices.iter().any(|c| c.usage.is_some());
         r.fill_usage(1);
@@ -134,13 +164,12 @@ impl Target {
         };
         RequestResult {
             ok: true,
-            error: None,
             ttft: Some(e2e),
             e2e,
             output_tokens,
             prompt_tokens: usage.prompt_tokens,
             estimated: !reported,
-            itl: Vec::new(),
+            ..RequestResult::default()
         }
     }
 }

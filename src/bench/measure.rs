@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::report::RequestResult;
+use super::report::{ErrorKind, RequestResult};
 use crate::model::{Event, Finish, Tally};
 
 /// Accumulates the measurements of one request while its events arrive.
@@ -20,7 +20,7 @@ pub struct Meter {
     itl: Vec<f64>,
     tally: Tally,
     finished: bool,
-    error: Option<String>,
+    error: Option<(ErrorKind, String)>,
 }
 
 impl Meter {
@@ -61,19 +61,23 @@ impl Meter {
                     self.last_content = Some(at);
                 }
                 match &c.finish {
-                    Some(Finish::Abort(msg)) => self.fail(format!("aborted by the server: {msg}")),
+                    Some(Finish::Abort(msg)) => {
+                        self.fail(ErrorKind::Abort, format!("aborted by the server: {msg}"))
+                    }
                     Some(_) => self.finished = true,
                     None => {}
                 }
             }
-            Event::Error { message } => self.fail(format!("in-band error: {message}")),
+            Event::Error { message } => {
+                self.fail(ErrorKind::InBand, format!("in-band error: {message}"))
+            }
             Event::Start { .. } | Event::Role { .. } | Event::Usage(_) | Event::Done => {}
         }
     }
 
-    fn fail(&mut self, message: String) {
+    fn fail(&mut self, kind: ErrorKind, message: String) {
         if self.error.is_none() {
-            self.error = Some(message);
+            self.error = Some((kind, message));
         }
     }
 
@@ -85,7 +89,10 @@ impl Meter {
     /// The stream ended (cleanly or not) at `end`: the request's result.
     pub fn finish(mut self, end: Instant) -> RequestResult {
         if self.error.is_none() && !self.finished {
-            self.fail("the stream ended without a finish reason".into());
+            self.fail(
+                ErrorKind::Truncated,
+                "the stream ended without a finish reason".into(),
+            );
         }
         let (usage, estimated) = self.tally.totals();
         let ok = self.error.is_none();
@@ -93,30 +100,30 @@ impl Meter {
             (true, Some(t)) => t.duration_since(self.t0),
             _ => end.duration_since(self.t0),
         };
+        let (kind, error) = self.error.unzip();
         RequestResult {
             ok,
-            error: self.error,
+            error,
+            kind,
             ttft: self.first.map(|t| t.duration_since(self.t0)),
             e2e,
             output_tokens: usage.completion_tokens,
             prompt_tokens: usage.prompt_tokens,
             estimated,
             itl: self.itl,
+            ..RequestResult::default()
         }
     }
 }
 
 /// A request that failed before or outside the stream.
-pub fn failed(error: String, e2e: Duration) -> RequestResult {
+pub fn failed(kind: ErrorKind, error: String, e2e: Duration) -> RequestResult {
     RequestResult {
         ok: false,
         error: Some(error),
-        ttft: None,
+        kind: Some(kind),
         e2e,
-        output_tokens: 0,
-        prompt_tokens: 0,
-        estimated: false,
-        itl: Vec::new(),
+        ..RequestResult::default()
     }
 }
 
@@ -187,6 +194,7 @@ mod tests {
         m.event(&chunk("a", Some(1), None), ms(t0, 1));
         let r = m.finish(ms(t0, 2));
         assert!(!r.ok);
+        assert_eq!(r.kind, Some(ErrorKind::Truncated));
         assert_eq!(r.e2e, Duration::from_millis(2));
 
         let mut m = Meter::new(t0, 2);
@@ -198,6 +206,7 @@ mod tests {
         );
         assert!(m.failed());
         let r = m.finish(ms(t0, 1));
+        assert_eq!(r.kind, Some(ErrorKind::InBand));
         assert!(r.error.unwrap().contains("boom"));
 
         let mut m = Meter::new(t0, 2);

@@ -1,16 +1,38 @@
-//! `lingo bench`: a closed-loop load driver that sweeps concurrency levels against a server
-//! speaking one of lingo's dialects, and reports throughput and latency by lingo's metric
-//! definitions (TTFT, E2E, token-weighted ITL, output tokens from the server's own counts).
+//! `lingo bench`: a load driver that speaks any of lingo's dialects. Closed-loop concurrency
+//! sweeps and open-loop request-rate runs (Poisson or gamma arrivals, or a replayed request
+//! log), random, dataset or replayed prompts, and reports by lingo's metric definitions (TTFT,
+//! E2E, token-weighted ITL, TPOT, output tokens from the server's own counts), with a check
+//! per level that the driver itself kept up.
 //!
 //! The bench is a client: it builds canonical requests and uses the dialect's upstream-side
 //! codecs (`encode_request`, `stream_decoder`, `decode_response`) and `model::Tally`, so wire
 //! formats have one source of truth. It writes no wire JSON of its own.
+//!
+//! Module map: `config` (what to run) -> `workload` (+ `tokens`, `dataset`, `rng`) builds the
+//! bodies -> `level` runs one level through `closed` or `open` (+ `schedule`), each request
+//! through `exchange` and `measure` -> `report` (raw results) -> `summary` (every figure,
+//! with `selfcheck` and `scrape`) -> `table`, `csv`, `json`, `compare` render it.
 
+mod closed;
+pub mod compare;
+mod config;
+pub mod csv;
+mod dataset;
 mod exchange;
+pub mod json;
+mod level;
 mod measure;
+mod observe;
+mod open;
 mod report;
-mod sweep;
+mod rng;
+pub mod schedule;
+mod scrape;
+mod selfcheck;
+mod stats;
+mod summary;
 mod table;
+mod tokens;
 mod workload;
 
 use std::sync::Arc;
@@ -18,151 +40,209 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 
-pub use report::{LevelReport, RequestResult};
-pub use table::render_table;
+pub use config::{BenchConfig, Load, Rate, Slo, Source};
+pub use observe::{Observer, Quiet};
+pub use report::{ErrorKind, InputLengths, LevelReport, RequestResult};
+pub use scrape::ServerSide;
+pub use selfcheck::SelfCheck;
+pub use summary::{Dist, Summary};
+pub use table::{render, render_detail, render_table};
 
 use crate::config::Timeouts;
 use crate::dialect::Dialect;
 use crate::upstream::{list_models, Client};
 use exchange::Target;
-use workload::Workload;
+use tokens::{Calibration, Counter};
+use workload::{Items, Shapes, Span, Workload};
 
 /// Longest wait for a TCP connection, when the request timeout is longer.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// What to run. `Default` gives the documented default of every field.
-#[derive(Debug, Clone)]
-pub struct BenchConfig {
-    /// Base URL of the server, e.g. `http://127.0.0.1:30000` (plain HTTP only).
-    pub url: String,
-    /// The dialect to speak; decides the endpoint. Default `sglang`.
-    pub dialect: Dialect,
-    /// Model name for OpenAI dialects. `None`: the first id of `GET {url}/v1/models`, or no
-    /// model when the server lists none. SGLang `/generate` takes no model.
-    pub model: Option<String>,
-    /// Concurrency levels, run in this order, each a closed loop. Default `[1, 4, 16]`.
-    pub concurrency: Vec<u32>,
-    /// Prompt length in tokens (chat: words, approximately tokens). Default 512.
-    pub input_len: u32,
-    /// Output tokens per request, made exact by `ignore_eos`. Default 128.
-    pub output_len: u32,
-    /// Requests per concurrency level. Default 64.
-    pub requests_per_level: u32,
-    /// Requests sent one by one before the sweep, excluded from the results. Default 1.
-    pub warmup: u32,
-    /// Stream the answers (needed for TTFT and ITL). Default true.
-    pub stream: bool,
-    /// Seed of the prompts. Default 0.
-    pub seed: u64,
-    /// Per-request limit, from send to the end of the answer. Default 600 s.
-    pub timeout: Duration,
-}
+/// Dataset samples whose answers are measured for their output length, at most.
+const DATASET_SAMPLES: usize = 10_000;
 
-impl Default for BenchConfig {
-    fn default() -> BenchConfig {
-        BenchConfig {
-            url: "http://127.0.0.1:30000".into(),
-            dialect: Dialect::Sglang,
-            model: None,
-            concurrency: vec![1, 4, 16],
-            input_len: 512,
-            output_len: 128,
-            requests_per_level: 64,
-            warmup: 1,
-            stream: true,
-            seed: 0,
-            timeout: Duration::from_secs(600),
-        }
-    }
-}
-
-impl BenchConfig {
-    /// Check the settings; errors name the offending field.
-    pub fn validate(&self) -> anyhow::Result<()> {
-        if !self.url.starts_with("http://") {
-            bail!(
-                "url: `{}` must start with http:// (the bench speaks plain HTTP)",
-                self.url
-            );
-        }
-        if self.concurrency.is_empty() || self.concurrency.contains(&0) {
-            bail!("concurrency: give one or more levels, each at least 1");
-        }
-        let positive = [
-            ("input_len", self.input_len),
-            ("output_len", self.output_len),
-            ("requests_per_level", self.requests_per_level),
-        ];
-        if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
-            bail!("{name}: must be at least 1");
-        }
-        if self.timeout.is_zero() {
-            bail!("timeout: must be more than zero");
-        }
-        Ok(())
-    }
-}
-
-/// Run the warmup, then every concurrency level in order; one report per level.
+/// Run the warmup, then every level in order; one report per level (two with `vs_url`:
+/// A then B).
 ///
-/// Fails only when the configuration is invalid or every warmup request failed (the server is
-/// unreachable or refuses the requests); failures during the sweep are counted in the reports.
+/// Fails only when the configuration or an input file is invalid, or every warmup request of
+/// a target failed (the server is unreachable or refuses the requests); failures during the
+/// levels are counted in the reports.
 pub async fn run(config: &BenchConfig) -> anyhow::Result<Vec<LevelReport>> {
+    run_with(config, Arc::new(Quiet)).await
+}
+
+/// `run`, telling `observer` about progress.
+pub async fn run_with(
+    config: &BenchConfig,
+    observer: Arc<dyn Observer>,
+) -> anyhow::Result<Vec<LevelReport>> {
     config.validate()?;
+    let urls: Vec<&String> = std::iter::once(&config.url).chain(&config.vs_url).collect();
+    let mut targets = Vec::new();
+    let mut workloads = Vec::new();
+    let mut shared: Option<Workload> = None;
+    for (index, url) in urls.into_iter().enumerate() {
+        let (target, model) = connect(config, index, url).await;
+        let base = match &shared {
+            Some(w) => w.clone(),
+            None => prepare(config, &target.client, model.clone()).await?,
+        };
+        let workload = Arc::new(Workload {
+            model,
+            ..base.clone()
+        });
+        workload.item(0, 0).context("building the first request")?;
+        shared.get_or_insert(base);
+        targets.push(Arc::new(target));
+        workloads.push(workload);
+    }
+    let mut seq = 0;
+    for (target, workload) in targets.iter().zip(&workloads) {
+        warmup(target, workload, config.warmup, seq).await?;
+        seq += u64::from(config.warmup);
+    }
+    let mut levels = Vec::new();
+    for load in config.loads() {
+        for (target, workload) in targets.iter().zip(&workloads) {
+            let report = level::run(config, load, target, workload, &observer, seq).await?;
+            seq += report.results.len() as u64;
+            levels.push(report);
+        }
+    }
+    Ok(levels)
+}
+
+/// A target's client and the model to ask for.
+async fn connect(config: &BenchConfig, index: usize, url: &str) -> (Target, Option<String>) {
     // The pool's idle timeout stays the proxy's default: under uvicorn's keep-alive.
     let timeouts = Timeouts {
         connect: config.timeout.min(CONNECT_TIMEOUT),
         response_headers: config.timeout,
         ..Timeouts::default()
     };
-    let client = Client::new(&config.url, &timeouts);
+    let client = Client::new(url, &timeouts);
     let model = match (&config.model, config.dialect) {
         (Some(m), _) => Some(m.clone()),
+        // SGLang's native /generate serves its one model and takes no name.
         (None, Dialect::Sglang) => None,
         (None, _) => list_models(&client)
             .await
             .and_then(|models| models.into_iter().next())
             .map(|m| m.id),
     };
-    let workload = Arc::new(Workload {
-        dialect: config.dialect,
-        model,
-        input_len: config.input_len,
-        output_len: config.output_len,
-        stream: config.stream,
-        seed: config.seed,
-    });
-    workload.body(0).context("building the first request")?;
-    let target = Arc::new(Target {
+    let target = Target {
+        index,
         client,
         dialect: config.dialect,
         stream: config.stream,
         output_len: config.output_len,
         timeout: config.timeout,
-    });
-    warmup(&target, &workload, config.warmup).await?;
-    let mut levels = Vec::with_capacity(config.concurrency.len());
-    for (i, &c) in config.concurrency.iter().enumerate() {
-        // Keys never repeat across the warmup and the levels, so neither do prompts.
-        let first_key = (i as u64 + 1) << 32;
-        levels
-            .push(sweep::level(&target, &workload, c, config.requests_per_level, first_key).await?);
+    };
+    (target, model)
+}
+
+/// The workload: prompt shapes from the dialect's encoder, a tokenizer where text must be
+/// sized, and the items from the configured source.
+async fn prepare(
+    config: &BenchConfig,
+    client: &Client,
+    model: Option<String>,
+) -> anyhow::Result<Workload> {
+    let shapes = Shapes::probe(config.dialect);
+    let sharegpt = match &config.source {
+        Source::Dataset(path) => Some(dataset::load(path)?),
+        _ => None,
+    };
+    let needs_counter = !shapes.token_ids
+        || sharegpt
+            .as_ref()
+            .is_some_and(|s| s.iter().any(|x| x.reply.is_some()));
+    let counter = match needs_counter {
+        false => None,
+        true => match Counter::server(client, model.as_deref()).await {
+            Some(c) => Some(c),
+            None => config
+                .tokenizer
+                .as_deref()
+                .map(Counter::local)
+                .transpose()?,
+        },
+    };
+    let calibration = match (&counter, shapes.token_ids) {
+        (Some(c), false) => {
+            let (cal, why) = Calibration::measure(c).await?;
+            if let Some(why) = why {
+                tracing::warn!("input lengths will be approximate: {why}");
+            }
+            cal
+        }
+        _ => Calibration::approximate(),
+    };
+    let items = match (&config.source, sharegpt) {
+        (Source::Replay(path), _) => Items::Replay(dataset::load_log(path)?),
+        (Source::Dataset(_), Some(samples)) => {
+            Items::Dataset(dataset_items(config, samples, counter.as_ref()).await?)
+        }
+        _ => Items::Random {
+            input: Span {
+                len: config.input_len,
+                range: config.input_range,
+            },
+            output: Span {
+                len: config.output_len,
+                range: config.output_range,
+            },
+        },
+    };
+    Ok(Workload {
+        dialect: config.dialect,
+        model,
+        stream: config.stream,
+        seed: config.seed,
+        shapes,
+        calibration,
+        items: Arc::new(items),
+    })
+}
+
+/// Dataset samples in seeded order, with output lengths: the line's own, else the reference
+/// answer's length in tokens (a word per token without a tokenizer), else `output_len`.
+async fn dataset_items(
+    config: &BenchConfig,
+    mut samples: Vec<dataset::Sample>,
+    counter: Option<&Counter>,
+) -> anyhow::Result<Vec<(dataset::Sample, u32)>> {
+    rng::Rng::new(config.seed, 0xDA7A).shuffle(&mut samples);
+    samples.truncate(DATASET_SAMPLES);
+    let mut items = Vec::with_capacity(samples.len());
+    for s in samples {
+        let out = match (&s.output_len, &s.reply, counter) {
+            (Some(n), _, _) => *n,
+            (None, Some(reply), Some(c)) => c.count(reply).await?,
+            (None, Some(reply), None) => reply.split_whitespace().count() as u32,
+            (None, None, _) => config.output_len,
+        };
+        items.push((s, out.max(1)));
     }
-    Ok(levels)
+    Ok(items)
 }
 
 /// Send the warmup requests one by one; an error only if all of them failed.
-async fn warmup(target: &Target, workload: &Workload, count: u32) -> anyhow::Result<()> {
+async fn warmup(target: &Target, workload: &Workload, count: u32, seq: u64) -> anyhow::Result<()> {
     let mut last_error = None;
     let mut any_ok = count == 0;
-    for key in 0..u64::from(count) {
-        match target.send(workload.body(key)?).await.error {
+    for i in 0..u64::from(count) {
+        let body = workload.item(i, seq + i)?.body;
+        match target.send(body, std::time::Instant::now()).await.error {
             None => any_ok = true,
             Some(e) => last_error = Some(e),
         }
     }
     match (any_ok, last_error) {
-        (false, Some(e)) => bail!("every warmup request failed, so the sweep would too: {e}"),
+        (false, Some(e)) => bail!(
+            "every warmup request to {} failed, so the levels would too: {e}",
+            target.client.base()
+        ),
         _ => Ok(()),
     }
 }

@@ -1,19 +1,74 @@
-//! Results of a sweep: one record per request, one report per concurrency level, and the
-//! figures derived from them. Only successful requests enter the figures; failures are counted.
+//! Results of a run: one record per request, one report per level, and the figures derived
+//! from them. Only successful requests enter the latency figures; failures are counted.
 
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
+
+use super::config::Load;
+use super::stats::{mean, per_second, quantile};
 use crate::dialect::Dialect;
 
-/// What one request measured.
-#[derive(Debug, Clone, PartialEq)]
+/// Why a request failed: a closed set, for counting failures by kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    /// The server answered with an error status.
+    Http(u16),
+    /// No connection, or the connection broke before the response headers.
+    Connect,
+    /// No complete answer within the per-request timeout.
+    Timeout,
+    /// The body broke while it was being read.
+    Read,
+    /// The server sent an error event inside the stream.
+    InBand,
+    /// The server finished the request as aborted.
+    Abort,
+    /// The stream ended without a finish reason.
+    Truncated,
+    /// The answer could not be decoded in the dialect.
+    Decode,
+    /// The request could not be built.
+    Build,
+}
+
+impl ErrorKind {
+    /// A closed label: `http_500`, `timeout`, ...
+    pub fn label(self) -> String {
+        match self {
+            ErrorKind::Http(code) => format!("http_{code}"),
+            ErrorKind::Connect => "connect".into(),
+            ErrorKind::Timeout => "timeout".into(),
+            ErrorKind::Read => "read".into(),
+            ErrorKind::InBand => "in_band_error".into(),
+            ErrorKind::Abort => "abort".into(),
+            ErrorKind::Truncated => "truncated".into(),
+            ErrorKind::Decode => "decode".into(),
+            ErrorKind::Build => "build".into(),
+        }
+    }
+}
+
+/// What one request measured. Offsets are from the start of its level.
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct RequestResult {
     pub ok: bool,
     /// Why the request failed (status, transport, timeout, in-band error, unfinished stream).
     pub error: Option<String>,
-    /// Send to the first chunk carrying a generated token; equals `e2e` without streaming.
+    pub kind: Option<ErrorKind>,
+    /// When the request was due: its arrival time (open loop), or its send time (closed loop).
+    pub scheduled: Duration,
+    /// When the driver handed it to the connection.
+    pub sent: Duration,
+    /// How late the driver sent it: from the moment it was free to go (its arrival time, or
+    /// the moment a `max_concurrency` slot or a closed-loop worker came free) to `sent`.
+    pub lag: Duration,
+    /// From `scheduled` to the first chunk carrying a generated token; equals `e2e` without
+    /// streaming.
     pub ttft: Option<Duration>,
-    /// Send to the last chunk carrying content or the finish reason (to the failure if failed).
+    /// From `scheduled` to the last chunk carrying content or the finish reason (to the
+    /// failure if failed).
     pub e2e: Duration,
     /// From the server's counts (usage, `meta_info.completion_tokens`) unless `estimated`.
     pub output_tokens: u64,
@@ -21,6 +76,10 @@ pub struct RequestResult {
     /// The server reported no counts, so tokens were counted on the client (one per non-empty
     /// chunk, or the returned token ids).
     pub estimated: bool,
+    /// The input length asked for, in tokens (0 when unknown, as for dataset prompts).
+    pub input_len: u32,
+    /// The output length asked for (`max_tokens`).
+    pub output_len: u32,
     /// Token-weighted inter-token gaps in seconds: a chunk of k tokens after a gap g adds k
     /// entries of g/k.
     pub itl: Vec<f64>,
@@ -36,20 +95,51 @@ impl RequestResult {
     }
 }
 
-/// One concurrency level of the sweep.
+/// How the prompts' lengths were made, for the report's notes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InputLengths {
+    /// Token ids: exact.
+    TokenIds,
+    /// Text sized with the server's own `/tokenize`.
+    ServerTokenizer,
+    /// Text sized with the `--tokenizer` file.
+    LocalTokenizer,
+    /// Text of that many words, which is approximately that many tokens.
+    Approximate,
+    /// Prompts from a dataset, as written.
+    Dataset,
+}
+
+/// One level of the run.
 #[derive(Debug, Clone)]
 pub struct LevelReport {
-    pub concurrency: u32,
-    /// From the first send of the level to the end of its last request.
+    pub load: Load,
+    /// Which target: 0 for `url` (A), 1 for `vs_url` (B).
+    pub target: usize,
+    pub url: String,
+    /// From the start of the level to the end of its last request.
     pub wall: Duration,
     pub results: Vec<RequestResult>,
     /// The dialect driven (decides the notes under the table).
     pub dialect: Dialect,
     /// Whether the requests streamed (without streaming TTFT equals E2E).
     pub stream: bool,
+    pub input: InputLengths,
+    /// CPU time the driver's process used during the level (`None` where unreadable).
+    pub cpu: Option<Duration>,
+    /// Worker threads the driver's runtime had: the CPU it could use.
+    pub cores: usize,
+    /// The server's own view, from its `/metrics` (with `scrape_metrics`).
+    pub server: Option<super::scrape::ServerSide>,
 }
 
 impl LevelReport {
+    /// `c=4`, `rate=5`, ...; with two targets, `A c=4`.
+    pub fn label(&self) -> String {
+        self.load.label()
+    }
+
     fn oks(&self) -> impl Iterator<Item = &RequestResult> {
         self.results.iter().filter(|r| r.ok)
     }
@@ -116,6 +206,15 @@ impl LevelReport {
         quantile(self.oks().flat_map(|r| r.itl.iter().copied()).collect(), q)
     }
 
+    /// Failures by kind, in the kinds' order.
+    pub fn failures_by_kind(&self) -> Vec<(ErrorKind, usize)> {
+        let mut counts = std::collections::BTreeMap::new();
+        for k in self.results.iter().filter_map(|r| r.kind) {
+            *counts.entry(k).or_insert(0) += 1;
+        }
+        counts.into_iter().collect()
+    }
+
     /// The distinct failure messages with their counts, most frequent first.
     pub fn errors(&self) -> Vec<(String, usize)> {
         let mut counts: Vec<(String, usize)> = Vec::new();
@@ -130,48 +229,35 @@ impl LevelReport {
     }
 }
 
-fn per_second(amount: f64, d: Duration) -> f64 {
-    let s = d.as_secs_f64();
-    if s > 0.0 {
-        amount / s
-    } else {
-        0.0
-    }
-}
-
-fn mean(values: impl Iterator<Item = f64>) -> f64 {
-    let (sum, n) = values.fold((0.0, 0u64), |(s, n), v| (s + v, n + 1));
-    if n == 0 {
-        0.0
-    } else {
-        sum / n as f64
-    }
-}
-
-/// Nearest-rank quantile.
-fn quantile(mut values: Vec<f64>, q: f64) -> Option<f64> {
-    if values.is_empty() {
-        return None;
-    }
-    values.sort_by(f64::total_cmp);
-    let rank = (q.clamp(0.0, 1.0) * values.len() as f64).ceil() as usize;
-    Some(values[rank.saturating_sub(1).min(values.len() - 1)])
-}
-
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn ok(tokens: u64, ttft_ms: u64, e2e_ms: u64) -> RequestResult {
+    pub(crate) fn ok(tokens: u64, ttft_ms: u64, e2e_ms: u64) -> RequestResult {
         RequestResult {
             ok: true,
-            error: None,
             ttft: Some(Duration::from_millis(ttft_ms)),
             e2e: Duration::from_millis(e2e_ms),
             output_tokens: tokens,
             prompt_tokens: 1,
-            estimated: false,
             itl: vec![0.001; tokens.saturating_sub(1) as usize],
+            ..RequestResult::default()
+        }
+    }
+
+    pub(crate) fn level(results: Vec<RequestResult>) -> LevelReport {
+        LevelReport {
+            load: Load::Concurrency { concurrency: 2 },
+            target: 0,
+            url: "http://a".into(),
+            wall: Duration::from_secs(2),
+            results,
+            dialect: Dialect::OpenaiCompletions,
+            stream: true,
+            input: InputLengths::TokenIds,
+            cpu: None,
+            cores: 2,
+            server: None,
         }
     }
 
@@ -180,13 +266,8 @@ mod tests {
         let mut bad = ok(5, 1, 1);
         bad.ok = false;
         bad.error = Some("HTTP 500".into());
-        let level = LevelReport {
-            concurrency: 2,
-            wall: Duration::from_secs(2),
-            results: vec![ok(10, 100, 1000), ok(30, 300, 2000), bad],
-            dialect: Dialect::OpenaiCompletions,
-            stream: true,
-        };
+        bad.kind = Some(ErrorKind::Http(500));
+        let level = level(vec![ok(10, 100, 1000), ok(30, 300, 2000), bad]);
         assert_eq!((level.ok(), level.fail()), (2, 1));
         assert_eq!(level.total_tokens(), 40);
         assert!((level.agg_tok_s() - 20.0).abs() < 1e-9);
@@ -195,6 +276,7 @@ mod tests {
         assert_eq!(level.ttft_quantile(0.5), Some(0.1));
         assert_eq!(level.ttft_quantile(1.0), Some(0.3));
         assert_eq!(level.errors(), vec![("HTTP 500".to_string(), 1)]);
+        assert_eq!(level.failures_by_kind(), vec![(ErrorKind::Http(500), 1)]);
         let tpot = ok(11, 100, 1100).tpot().unwrap();
         assert!((tpot - 0.1).abs() < 1e-9);
     }

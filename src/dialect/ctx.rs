@@ -2,7 +2,7 @@
 
 use std::time::Instant;
 
-use crate::model::Request;
+use crate::model::{Prompt, Request};
 
 /// Facts about the client request that survive translation and shape the client's response.
 #[derive(Debug, Clone)]
@@ -24,8 +24,9 @@ pub struct Ctx {
     pub stream_usage: bool,
     /// TGI `details`: per-token details and the finish reason with the result.
     pub details: bool,
-    /// The prompt text to put in front of the output (TGI `return_full_text`).
-    pub echo: Option<String>,
+    /// Each prompt's text, when the client wants it in front of the outputs (`Request::echo`;
+    /// TGI `return_full_text` uses the first).
+    pub echo: Vec<String>,
     /// The seed the client asked for (TGI reports it back).
     pub seed: Option<u64>,
 }
@@ -45,8 +46,8 @@ impl Ctx {
             stream_usage: req.stream_usage,
             details: req.details,
             echo: match (&req.prompt, req.echo) {
-                (crate::model::Prompt::Text(t), true) => t.first().cloned(),
-                _ => None,
+                (Prompt::Text(texts), true) => texts.clone(),
+                _ => Vec::new(),
             },
             seed: req.sampling.seed,
         }

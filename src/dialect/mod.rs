@@ -5,9 +5,13 @@
 //! upstream side it encodes requests and decodes responses, streams and errors. No dialect
 //! converts into another directly. The codecs do no I/O.
 
+pub mod anthropic;
+pub mod llamacpp;
+pub mod ollama;
 pub mod openai;
 pub mod sglang;
 pub mod tgi;
+pub mod vllm_legacy;
 
 pub mod ctx;
 mod stream;
@@ -31,14 +35,29 @@ pub enum Dialect {
     OpenaiChat,
     /// Hugging Face TGI's native `POST /generate` and `POST /generate_stream`.
     Tgi,
+    /// Anthropic Messages `POST /v1/messages`.
+    Anthropic,
+    /// vLLM's legacy demo server `POST /generate` (`{"prompt": ...}` bodies).
+    VllmLegacy,
+    /// llama.cpp native `POST /completion` (alias `/completions`).
+    Llamacpp,
+    /// Ollama `POST /api/generate`.
+    OllamaGenerate,
+    /// Ollama `POST /api/chat`.
+    OllamaChat,
 }
 
 impl Dialect {
-    pub const ALL: [Dialect; 4] = [
+    pub const ALL: [Dialect; 9] = [
         Dialect::Sglang,
         Dialect::OpenaiCompletions,
         Dialect::OpenaiChat,
         Dialect::Tgi,
+        Dialect::Anthropic,
+        Dialect::VllmLegacy,
+        Dialect::Llamacpp,
+        Dialect::OllamaGenerate,
+        Dialect::OllamaChat,
     ];
 
     /// A closed label for metrics and logs.
@@ -48,6 +67,11 @@ impl Dialect {
             Dialect::OpenaiCompletions => "openai-completions",
             Dialect::OpenaiChat => "openai-chat",
             Dialect::Tgi => "tgi",
+            Dialect::Anthropic => "anthropic",
+            Dialect::VllmLegacy => "vllm-legacy",
+            Dialect::Llamacpp => "llamacpp",
+            Dialect::OllamaGenerate => "ollama-generate",
+            Dialect::OllamaChat => "ollama-chat",
         }
     }
 
@@ -61,6 +85,11 @@ impl Dialect {
             Dialect::Sglang | Dialect::Tgi => "/generate",
             Dialect::OpenaiCompletions => "/v1/completions",
             Dialect::OpenaiChat => "/v1/chat/completions",
+            Dialect::Anthropic => "/v1/messages",
+            Dialect::VllmLegacy => "/generate",
+            Dialect::Llamacpp => "/completion",
+            Dialect::OllamaGenerate => "/api/generate",
+            Dialect::OllamaChat => "/api/chat",
         }
     }
 
@@ -74,16 +103,55 @@ impl Dialect {
     }
 
     pub fn framing(self) -> Framing {
-        Framing::Sse
+        match self {
+            Dialect::VllmLegacy | Dialect::OllamaGenerate | Dialect::OllamaChat => Framing::Ndjson,
+            _ => Framing::Sse,
+        }
     }
 
     pub fn stream_content_type(self) -> &'static str {
-        "text/event-stream"
+        match self {
+            // The real server sets none; its whole answers are JSON.
+            Dialect::VllmLegacy => "application/json",
+            Dialect::OllamaGenerate | Dialect::OllamaChat => "application/x-ndjson",
+            _ => "text/event-stream",
+        }
     }
 
     /// Whether the dialect carries chat messages (rather than raw prompts).
     pub fn is_chat(self) -> bool {
-        matches!(self, Dialect::OpenaiChat)
+        matches!(
+            self,
+            Dialect::OpenaiChat | Dialect::Anthropic | Dialect::OllamaChat
+        )
+    }
+
+    /// Whether the dialect can carry a prompt of token ids.
+    pub fn takes_token_ids(self) -> bool {
+        matches!(
+            self,
+            Dialect::Sglang | Dialect::OpenaiCompletions | Dialect::Llamacpp
+        )
+    }
+
+    /// Whether a request that does not say streams (Ollama's `stream` defaults to true).
+    pub fn streams_by_default(self) -> bool {
+        matches!(self, Dialect::OllamaGenerate | Dialect::OllamaChat)
+    }
+
+    /// This upstream dialect's sibling endpoint for a request's prompt shape: chat messages go
+    /// to the chat endpoint, raw prompts to the completion one (Ollama's `/api/generate`
+    /// carries either, so its requests pick their endpoint by body, not by route).
+    pub fn for_prompt(self, chat: bool) -> Dialect {
+        match (self, chat) {
+            (Dialect::OpenaiCompletions, true) => Dialect::OpenaiChat,
+            (Dialect::OpenaiChat, false) => Dialect::OpenaiCompletions,
+            (Dialect::OllamaGenerate, true) => Dialect::OllamaChat,
+            (Dialect::OllamaChat, false) => Dialect::OllamaGenerate,
+            // SGLang's and TGI's native endpoints take raw prompts only.
+            (Dialect::Sglang | Dialect::Tgi, true) => Dialect::OpenaiChat,
+            (d, _) => d,
+        }
     }
 
     // ---- client side -------------------------------------------------------------------
@@ -95,6 +163,11 @@ impl Dialect {
             Dialect::OpenaiCompletions => openai::completions::decode_request(body),
             Dialect::OpenaiChat => openai::chat::decode_request(body),
             Dialect::Tgi => tgi::request::decode(body),
+            Dialect::Anthropic => anthropic::decode_request(body),
+            Dialect::VllmLegacy => vllm_legacy::decode_request(body),
+            Dialect::Llamacpp => llamacpp::request::decode(body),
+            Dialect::OllamaGenerate => ollama::request::decode_generate(body),
+            Dialect::OllamaChat => ollama::request::decode_chat(body),
         }
     }
 
@@ -105,6 +178,11 @@ impl Dialect {
             Dialect::OpenaiCompletions => openai::completions::encode_response(resp, ctx),
             Dialect::OpenaiChat => openai::chat::encode_response(resp, ctx),
             Dialect::Tgi => tgi::response::encode(resp, ctx),
+            Dialect::Anthropic => anthropic::encode_response(resp, ctx),
+            Dialect::VllmLegacy => vllm_legacy::encode_response(resp, ctx),
+            Dialect::Llamacpp => llamacpp::response::encode(resp, ctx),
+            Dialect::OllamaGenerate => ollama::response::encode(resp, ctx, false),
+            Dialect::OllamaChat => ollama::response::encode(resp, ctx, true),
         }
     }
 
@@ -116,6 +194,17 @@ impl Dialect {
             }
             Dialect::OpenaiChat => StreamEncoder::Chat(openai::chat::StreamEncoder::new(ctx)),
             Dialect::Tgi => StreamEncoder::Tgi(tgi::stream::Encoder::new(ctx)),
+            Dialect::Anthropic => StreamEncoder::Anthropic(anthropic::StreamEncoder::new(ctx)),
+            Dialect::VllmLegacy => StreamEncoder::VllmLegacy(vllm_legacy::StreamEncoder::new(ctx)),
+            Dialect::Llamacpp => {
+                StreamEncoder::Llamacpp(Box::new(llamacpp::stream::Encoder::new(ctx)))
+            }
+            Dialect::OllamaGenerate => {
+                StreamEncoder::Ollama(Box::new(ollama::stream::Encoder::new(ctx, false)))
+            }
+            Dialect::OllamaChat => {
+                StreamEncoder::Ollama(Box::new(ollama::stream::Encoder::new(ctx, true)))
+            }
         }
     }
 
@@ -125,13 +214,24 @@ impl Dialect {
             Dialect::Sglang => sglang::error::encode(err),
             Dialect::OpenaiCompletions | Dialect::OpenaiChat => openai::error::encode(err),
             Dialect::Tgi => tgi::error::encode(err),
+            Dialect::Anthropic => anthropic::error::encode(err),
+            Dialect::VllmLegacy => vllm_legacy::error::encode(err),
+            Dialect::Llamacpp => llamacpp::error::encode(err),
+            Dialect::OllamaGenerate | Dialect::OllamaChat => ollama::error::encode(err),
         }
     }
 
     /// The status an error gets in this dialect (TGI answers validation errors with 422).
     pub fn error_status(self, err: &ProxyError) -> http::StatusCode {
         match self {
-            Dialect::Sglang | Dialect::OpenaiCompletions | Dialect::OpenaiChat => err.status(),
+            Dialect::Sglang
+            | Dialect::OpenaiCompletions
+            | Dialect::OpenaiChat
+            | Dialect::VllmLegacy
+            | Dialect::Llamacpp
+            | Dialect::OllamaGenerate
+            | Dialect::OllamaChat => err.status(),
+            Dialect::Anthropic => anthropic::error::status(err),
             Dialect::Tgi => tgi::error::status(err),
         }
     }
@@ -150,13 +250,26 @@ impl Dialect {
                 openai::error::write_stream_error(err, out)
             }
             Dialect::Tgi => tgi::error::write_stream_error(err, out),
+            Dialect::Anthropic => anthropic::error::write_stream_error(err, out),
+            Dialect::VllmLegacy => vllm_legacy::error::write_stream_error(err, out),
+            Dialect::Llamacpp => llamacpp::error::write_stream_error(err, out),
+            Dialect::OllamaGenerate | Dialect::OllamaChat => {
+                ollama::error::write_stream_error(err, out)
+            }
         }
     }
 
     /// Headers a whole response carries in this dialect (TGI's `x-prompt-tokens`, ...).
     pub fn response_headers(self, resp: &Response) -> Vec<(http::HeaderName, http::HeaderValue)> {
         match self {
-            Dialect::Sglang | Dialect::OpenaiCompletions | Dialect::OpenaiChat => Vec::new(),
+            Dialect::Sglang
+            | Dialect::OpenaiCompletions
+            | Dialect::OpenaiChat
+            | Dialect::Anthropic
+            | Dialect::VllmLegacy
+            | Dialect::Llamacpp
+            | Dialect::OllamaGenerate
+            | Dialect::OllamaChat => Vec::new(),
             Dialect::Tgi => tgi::response::headers(resp),
         }
     }
@@ -170,6 +283,11 @@ impl Dialect {
                 other => other.to_string(),
             },
             Dialect::Tgi => tgi::request::field_name(canonical),
+            Dialect::Anthropic => anthropic::field_name(canonical),
+            Dialect::VllmLegacy => vllm_legacy::field_name(canonical),
+            Dialect::Llamacpp => llamacpp::request::field_name(canonical),
+            Dialect::OllamaGenerate => ollama::field_name(canonical, false),
+            Dialect::OllamaChat => ollama::field_name(canonical, true),
         }
     }
 
@@ -182,6 +300,11 @@ impl Dialect {
             Dialect::OpenaiCompletions => openai::completions::encode_request(req),
             Dialect::OpenaiChat => openai::chat::encode_request(req),
             Dialect::Tgi => tgi::request::encode(req),
+            Dialect::Anthropic => anthropic::encode_request(req),
+            Dialect::VllmLegacy => vllm_legacy::encode_request(req),
+            Dialect::Llamacpp => llamacpp::request::encode(req),
+            Dialect::OllamaGenerate => ollama::request::encode_generate(req),
+            Dialect::OllamaChat => ollama::request::encode_chat(req),
         }
     }
 
@@ -192,6 +315,10 @@ impl Dialect {
             Dialect::OpenaiCompletions => openai::completions::decode_response(body),
             Dialect::OpenaiChat => openai::chat::decode_response(body),
             Dialect::Tgi => tgi::response::decode(body),
+            Dialect::Anthropic => anthropic::decode_response(body),
+            Dialect::VllmLegacy => vllm_legacy::decode_response(body),
+            Dialect::Llamacpp => llamacpp::response::decode(body),
+            Dialect::OllamaGenerate | Dialect::OllamaChat => ollama::response::decode(body),
         }
     }
 
@@ -199,7 +326,14 @@ impl Dialect {
     /// `x-prompt-tokens` / `x-generated-tokens`), to complete what the body says.
     pub fn usage_from_headers(self, headers: &http::HeaderMap) -> Option<crate::model::Usage> {
         match self {
-            Dialect::Sglang | Dialect::OpenaiCompletions | Dialect::OpenaiChat => None,
+            Dialect::Sglang
+            | Dialect::OpenaiCompletions
+            | Dialect::OpenaiChat
+            | Dialect::Anthropic
+            | Dialect::VllmLegacy
+            | Dialect::Llamacpp
+            | Dialect::OllamaGenerate
+            | Dialect::OllamaChat => None,
             Dialect::Tgi => tgi::response::usage_from_headers(headers),
         }
     }
@@ -211,6 +345,12 @@ impl Dialect {
                 StreamDecoder::Openai(openai::stream::Decoder::new(self.is_chat()))
             }
             Dialect::Tgi => StreamDecoder::Tgi(tgi::stream::Decoder),
+            Dialect::Anthropic => StreamDecoder::Anthropic(anthropic::Decoder::default()),
+            Dialect::VllmLegacy => StreamDecoder::VllmLegacy(vllm_legacy::Decoder::default()),
+            Dialect::Llamacpp => StreamDecoder::Llamacpp(llamacpp::stream::Decoder),
+            Dialect::OllamaGenerate | Dialect::OllamaChat => {
+                StreamDecoder::Ollama(ollama::stream::Decoder)
+            }
         }
     }
 
@@ -228,6 +368,50 @@ where
     T: serde::Deserialize<'de>,
 {
     <Option<T> as serde::Deserialize>::deserialize(d).map(Some)
+}
+
+/// The top-level keys that tell `POST /generate` dialects apart.
+#[derive(serde::Deserialize)]
+struct GenerateShape {
+    text: Option<serde::de::IgnoredAny>,
+    input_ids: Option<serde::de::IgnoredAny>,
+    inputs: Option<serde::de::IgnoredAny>,
+    prompt: Option<serde::de::IgnoredAny>,
+}
+
+/// Which dialect a `POST /generate` body is: `text`/`input_ids` is SGLang, `inputs` is TGI,
+/// `prompt` is vLLM's legacy server. A body that matches none, or more than one, is refused
+/// with a message that says what was expected. (Malformed JSON is left to SGLang's decoder,
+/// whose error names the position.)
+pub fn generate_dialect(body: &[u8]) -> Result<Dialect, ProxyError> {
+    let Ok(shape) = serde_json::from_slice::<GenerateShape>(body) else {
+        return Ok(Dialect::Sglang);
+    };
+    let hits = [
+        (shape.text.is_some() || shape.input_ids.is_some(), "sglang"),
+        (shape.inputs.is_some(), "tgi"),
+        (shape.prompt.is_some(), "vllm-legacy"),
+    ];
+    let found: Vec<&str> = hits
+        .iter()
+        .filter(|(hit, _)| *hit)
+        .map(|(_, d)| *d)
+        .collect();
+    match found.as_slice() {
+        [one] => generate_dialect_named(one).ok_or_else(|| {
+            ProxyError::invalid("", format!("the {one} /generate dialect is not supported"))
+        }),
+        _ => Err(ProxyError::invalid(
+            "",
+            "ambiguous /generate body: expected exactly one of `text` or `input_ids` (SGLang), \
+             `inputs` (TGI), or `prompt` (vLLM's legacy server)",
+        )),
+    }
+}
+
+/// A `/generate` dialect by label, while not every one is compiled in.
+fn generate_dialect_named(label: &str) -> Option<Dialect> {
+    Dialect::parse(label)
 }
 
 /// Find the human message in any of the error shapes the servers use.

@@ -2,7 +2,7 @@
 
 use bytes::BytesMut;
 
-use super::{openai, sglang, tgi};
+use super::{anthropic, llamacpp, ollama, openai, sglang, tgi, vllm_legacy};
 use crate::error::ProxyError;
 use crate::model::Event;
 use crate::stream::framing::Frame;
@@ -13,6 +13,11 @@ pub enum StreamEncoder {
     Completions(openai::completions::StreamEncoder),
     Chat(openai::chat::StreamEncoder),
     Tgi(tgi::stream::Encoder),
+    Anthropic(anthropic::StreamEncoder),
+    VllmLegacy(vllm_legacy::StreamEncoder),
+    // Boxed: they keep a whole choice or finish, and `Output` holds an encoder inline.
+    Llamacpp(Box<llamacpp::stream::Encoder>),
+    Ollama(Box<ollama::stream::Encoder>),
 }
 
 impl StreamEncoder {
@@ -23,6 +28,10 @@ impl StreamEncoder {
             StreamEncoder::Completions(e) => e.events(events, out),
             StreamEncoder::Chat(e) => e.events(events, out),
             StreamEncoder::Tgi(e) => e.events(events, out),
+            StreamEncoder::Anthropic(e) => e.events(events, out),
+            StreamEncoder::VllmLegacy(e) => e.events(events, out),
+            StreamEncoder::Llamacpp(e) => e.events(events, out),
+            StreamEncoder::Ollama(e) => e.events(events, out),
         }
     }
 
@@ -33,6 +42,10 @@ impl StreamEncoder {
             StreamEncoder::Completions(e) => e.end(out),
             StreamEncoder::Chat(e) => e.end(out),
             StreamEncoder::Tgi(e) => e.end(out),
+            StreamEncoder::Anthropic(e) => e.end(out),
+            StreamEncoder::VllmLegacy(e) => e.end(out),
+            StreamEncoder::Llamacpp(e) => e.end(out),
+            StreamEncoder::Ollama(e) => e.end(out),
         }
     }
 
@@ -44,6 +57,10 @@ impl StreamEncoder {
                 openai::error::write_stream_error(err, out)
             }
             StreamEncoder::Tgi(_) => tgi::error::write_stream_error(err, out),
+            StreamEncoder::Anthropic(e) => e.error(err, out),
+            StreamEncoder::VllmLegacy(e) => e.error(err, out),
+            StreamEncoder::Llamacpp(e) => e.error(err, out),
+            StreamEncoder::Ollama(e) => e.error(err, out),
         }
     }
 }
@@ -53,6 +70,10 @@ pub enum StreamDecoder {
     Sglang(sglang::stream::Decoder),
     Openai(openai::stream::Decoder),
     Tgi(tgi::stream::Decoder),
+    Anthropic(anthropic::Decoder),
+    VllmLegacy(vllm_legacy::Decoder),
+    Llamacpp(llamacpp::stream::Decoder),
+    Ollama(ollama::stream::Decoder),
 }
 
 impl StreamDecoder {
@@ -61,6 +82,24 @@ impl StreamDecoder {
             StreamDecoder::Sglang(d) => d.frame(frame, out),
             StreamDecoder::Openai(d) => d.frame(frame, out),
             StreamDecoder::Tgi(d) => d.frame(frame, out),
+            StreamDecoder::Anthropic(d) => d.frame(frame, out),
+            StreamDecoder::VllmLegacy(d) => d.frame(frame, out),
+            StreamDecoder::Llamacpp(d) => d.frame(frame, out),
+            StreamDecoder::Ollama(d) => d.frame(frame, out),
+        }
+    }
+
+    /// The upstream closed the connection: the events that implies, for streams whose end
+    /// is the close itself (vLLM's legacy server says nothing else).
+    pub fn close(&mut self, out: &mut Vec<Event>) {
+        match self {
+            StreamDecoder::VllmLegacy(d) => d.close(out),
+            StreamDecoder::Sglang(_)
+            | StreamDecoder::Openai(_)
+            | StreamDecoder::Anthropic(_)
+            | StreamDecoder::Llamacpp(_)
+            | StreamDecoder::Ollama(_)
+            | StreamDecoder::Tgi(_) => {}
         }
     }
 }

@@ -24,7 +24,8 @@ impl ErrorShape {
     /// The envelope of a kind's OpenAI routes and token utilities.
     pub fn openai(kind: MockKind) -> ErrorShape {
         match kind {
-            MockKind::Vllm => ErrorShape::Nested,
+            // llama.cpp and Ollama answer their OpenAI-style routes in their own modules.
+            MockKind::Vllm | MockKind::Llamacpp | MockKind::Ollama => ErrorShape::Nested,
             MockKind::Sglang => ErrorShape::Flat,
             MockKind::Tgi => ErrorShape::Tgi,
         }

@@ -1,5 +1,5 @@
-//! The simulated inference server (`lingo mock`): a deterministic stand-in for vLLM, SGLang and
-//! TGI.
+//! The simulated inference server (`lingo mock`): a deterministic stand-in for vLLM, SGLang,
+//! TGI, llama.cpp's llama-server and Ollama.
 //!
 //! The mock speaks the servers' wire formats as the project's wire reference (`dialects.md`,
 //! sections 0-3 and 8) describes them, and shares no code with lingo's own dialect modules, so
@@ -21,6 +21,8 @@
 mod driver;
 mod error;
 mod generate;
+mod llamacpp;
+mod ollama;
 mod openai;
 mod prompt;
 mod routes;
@@ -43,6 +45,9 @@ pub enum MockKind {
     Vllm,
     Sglang,
     Tgi,
+    /// llama.cpp's `llama-server`.
+    Llamacpp,
+    Ollama,
 }
 
 impl MockKind {
@@ -51,6 +56,8 @@ impl MockKind {
             MockKind::Vllm => "vllm",
             MockKind::Sglang => "sglang",
             MockKind::Tgi => "tgi",
+            MockKind::Llamacpp => "llamacpp",
+            MockKind::Ollama => "ollama",
         }
     }
 }
@@ -63,8 +70,10 @@ impl FromStr for MockKind {
             "vllm" => Ok(MockKind::Vllm),
             "sglang" => Ok(MockKind::Sglang),
             "tgi" => Ok(MockKind::Tgi),
+            "llamacpp" => Ok(MockKind::Llamacpp),
+            "ollama" => Ok(MockKind::Ollama),
             other => Err(format!(
-                "unknown mock kind `{other}` (expected vllm, sglang or tgi)"
+                "unknown mock kind `{other}` (expected vllm, sglang, tgi, llamacpp or ollama)"
             )),
         }
     }

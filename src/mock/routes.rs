@@ -12,7 +12,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::state::MockState;
-use super::{openai, sglang, tgi, tokenize, FailMode, MockKind};
+use super::{llamacpp, ollama, openai, sglang, tgi, tokenize, FailMode, MockKind};
 
 /// Long batched prompts exceed axum's 2 MiB default.
 const BODY_LIMIT: usize = 64 << 20;
@@ -21,18 +21,22 @@ const VLLM_VERSION: &str = "0.11.0";
 
 /// The mock's routes for `state.config.kind`.
 pub fn router(state: Arc<MockState>) -> Router {
+    // vLLM and SGLang share the OpenAI routes; TGI, llama.cpp and Ollama answer in their own
+    // shapes.
+    let openai_routes = || {
+        Router::new()
+            .route("/health", get(()))
+            .route("/v1/models", get(models))
+            .route("/v1/completions", post(openai::completions))
+            .route("/v1/chat/completions", post(openai::chat))
+    };
     let common = Router::new()
-        .route("/health", get(()))
-        .route("/v1/models", get(models))
         .route("/mock/stats", get(stats))
         .route("/mock/hold", post(hold))
         .route("/mock/release", post(release))
         .route("/mock/fail_next_stream", post(fail_next_stream));
-    let openai_routes = Router::new()
-        .route("/v1/completions", post(openai::completions))
-        .route("/v1/chat/completions", post(openai::chat));
     let specific = match state.config.kind {
-        MockKind::Vllm => openai_routes
+        MockKind::Vllm => openai_routes()
             .route("/ping", get(()))
             .route(
                 "/version",
@@ -40,7 +44,7 @@ pub fn router(state: Arc<MockState>) -> Router {
             )
             .route("/tokenize", post(tokenize::tokenize))
             .route("/detokenize", post(tokenize::detokenize)),
-        MockKind::Sglang => openai_routes
+        MockKind::Sglang => openai_routes()
             .route("/generate", post(sglang::generate).put(sglang::generate))
             .route("/health_generate", get(()))
             .route("/get_model_info", get(sglang::info::model_info))
@@ -56,10 +60,14 @@ pub fn router(state: Arc<MockState>) -> Router {
             .route("/tokenize", post(tokenize::tokenize))
             .route("/detokenize", post(tokenize::detokenize)),
         MockKind::Tgi => Router::new()
+            .route("/health", get(()))
+            .route("/v1/models", get(models))
             .route("/generate", post(tgi::generate))
             .route("/generate_stream", post(tgi::generate_stream))
             .route("/info", get(tgi::info))
             .route("/v1/chat/completions", post(tgi::chat)),
+        MockKind::Llamacpp => llamacpp::routes(),
+        MockKind::Ollama => ollama::routes(),
     };
     common
         .merge(specific)

@@ -69,14 +69,14 @@ pub(crate) async fn detokenize(State(state): State<Arc<MockState>>, body: Bytes)
     }
     let text = |ids: &[u32]| ids.iter().map(|id| decode(*id)).collect::<String>();
     let value = match (kind, &req.tokens) {
-        (MockKind::Vllm, Ids::One(ids)) => json!({"prompt": text(ids)}),
-        (MockKind::Vllm, Ids::Many(_)) => {
+        (MockKind::Sglang, Ids::One(ids)) => json!({"text": text(ids)}),
+        (MockKind::Sglang, Ids::Many(lists)) => {
+            json!({"text": lists.iter().map(|ids| text(ids)).collect::<Vec<_>>()})
+        }
+        (_, Ids::One(ids)) => json!({"prompt": text(ids)}),
+        (_, Ids::Many(_)) => {
             return ApiError::invalid_body("tokens must be a list of integers")
                 .into_response(ErrorShape::openai(kind));
-        }
-        (MockKind::Sglang | MockKind::Tgi, Ids::One(ids)) => json!({"text": text(ids)}),
-        (MockKind::Sglang | MockKind::Tgi, Ids::Many(lists)) => {
-            json!({"text": lists.iter().map(|ids| text(ids)).collect::<Vec<_>>()})
         }
     };
     Json(value).into_response()
@@ -103,7 +103,7 @@ fn tokenized(state: &MockState, req: TokenizeRequest) -> Result<Value, ApiError>
         }
     };
     Ok(match cfg.kind {
-        MockKind::Vllm => {
+        MockKind::Vllm | MockKind::Llamacpp | MockKind::Ollama => {
             let strs = req.return_token_strs.unwrap_or(false).then(|| {
                 prompt
                     .ids

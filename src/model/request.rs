@@ -114,11 +114,15 @@ pub struct Request {
     pub stream_usage: bool,
     /// Fill token text into logprob entries (SGLang `return_text_in_logprobs`).
     pub logprob_text: bool,
-    /// Prepend the prompt to the output text (TGI `return_full_text`); the client's encoder
-    /// does it, nothing asks the upstream to.
+    /// The client wants each prompt's text in front of its outputs (vLLM's legacy server
+    /// always does this; TGI `return_full_text`). The client's encoder adds it from `Ctx`;
+    /// upstreams are never asked.
     pub echo: bool,
     /// Return per-token details with the result (TGI `details`).
     pub details: bool,
+    /// The last chat message is an assistant turn to continue rather than answer (Anthropic
+    /// prefill; vLLM's `continue_final_message`).
+    pub continue_final: bool,
     /// Fields the decoder did not interpret. Encoders of the same family may forward them.
     pub extra: Map<String, Value>,
 }
@@ -140,6 +144,7 @@ impl Request {
             logprob_text: false,
             echo: false,
             details: false,
+            continue_final: false,
             extra: Map::new(),
         }
     }

@@ -27,21 +27,21 @@ impl Tally {
             }
             Event::Chunk(c) => {
                 let slot = self.slot(c.index);
-                let before = slot.usage.map(|u| u.completion_tokens);
-                let new = match (c.tokens, c.usage, before) {
-                    (Some(n), _, _) => n as u64,
-                    (None, Some(u), prev) => u.completion_tokens.saturating_sub(prev.unwrap_or(0)),
-                    (None, None, _) => {
+                let new = match (c.tokens, c.usage) {
+                    (Some(n), _) => u64::from(n),
+                    // A cumulative count: whatever it adds to what is known so far (which
+                    // may have been guessed chunk by chunk; the count corrects it).
+                    (None, Some(u)) => u.completion_tokens.saturating_sub(slot.counted),
+                    (None, None) => {
                         let guess = u64::from(!c.text.is_empty());
-                        if guess > 0 {
-                            self.estimated = true;
-                        }
+                        self.estimated |= guess > 0;
                         guess
                     }
                 };
                 let slot = self.slot(c.index);
                 slot.counted += new;
                 if let Some(u) = c.usage {
+                    slot.counted = slot.counted.max(u.completion_tokens);
                     slot.usage = Some(u);
                 }
                 new as u32
@@ -149,6 +149,28 @@ mod tests {
     }
 
     #[test]
+    fn counts_only_at_the_end_replace_the_guesses() {
+        // llama.cpp completions and Ollama streams: text chunks without counts, then the
+        // final chunk with the cumulative count.
+        let mut t = Tally::default();
+        assert_eq!(t.observe(&chunk(0, "a", None, None)), 1);
+        assert_eq!(t.observe(&chunk(0, "b", None, None)), 1);
+        assert_eq!(t.observe(&chunk(0, "", None, Some((4, 5)))), 3);
+        assert_eq!(t.choice_tokens(0), 5);
+        assert_eq!(
+            t.totals(),
+            (
+                Usage {
+                    prompt_tokens: 4,
+                    completion_tokens: 5,
+                    cached_tokens: None
+                },
+                false
+            )
+        );
+    }
+
+    #[test]
     fn no_counts_means_estimate() {
         let mut t = Tally::default();
         t.observe(&chunk(0, "a", None, None));
@@ -157,6 +179,32 @@ mod tests {
         let (u, estimated) = t.totals();
         assert_eq!(u.completion_tokens, 2);
         assert!(estimated);
+    }
+
+    #[test]
+    fn a_late_count_corrects_chunk_guesses() {
+        // llama.cpp: no per-chunk counts, then usage on the last chunk.
+        let mut t = Tally::default();
+        for _ in 0..5 {
+            assert_eq!(t.observe(&chunk(0, "x", None, None)), 1);
+        }
+        assert_eq!(t.observe(&chunk(0, "", None, Some((6, 5)))), 0);
+        assert_eq!(t.choice_tokens(0), 5);
+        assert_eq!(
+            t.totals(),
+            (
+                Usage {
+                    prompt_tokens: 6,
+                    completion_tokens: 5,
+                    cached_tokens: None
+                },
+                false
+            )
+        );
+        // A count above the guesses adds the difference.
+        let mut t = Tally::default();
+        t.observe(&chunk(0, "xy", None, None));
+        assert_eq!(t.observe(&chunk(0, "", None, Some((1, 4)))), 3);
     }
 
     #[test]

@@ -32,6 +32,7 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/v1/models", get(models))
         .route("/info", get(info))
         .route("/metrics", get(metrics))
+        .merge(super::aux_native::routes())
 }
 
 /// Unknown paths get a 404 in OpenAI's shape (the most widely parsed one).
@@ -47,8 +48,18 @@ pub async fn not_found(uri: Uri) -> Response {
 }
 
 /// Forward a request to the same path upstream and relay status, type and body.
-async fn forward(st: &AppState, method: Method, path: &str) -> Response {
-    let resp = match st.client.send(method, path, Bytes::new(), &[]).await {
+pub(super) async fn forward(st: &AppState, method: Method, path: &str) -> Response {
+    forward_body(st, method, path, Bytes::new()).await
+}
+
+/// `forward`, with a request body.
+pub(super) async fn forward_body(
+    st: &AppState,
+    method: Method,
+    path: &str,
+    body: Bytes,
+) -> Response {
+    let resp = match st.client.send(method, path, body, &[]).await {
         Ok(r) => r,
         Err(e) => return upstream_error(&e),
     };
@@ -67,7 +78,7 @@ async fn forward(st: &AppState, method: Method, path: &str) -> Response {
     }
 }
 
-fn upstream_error(e: &ProxyError) -> Response {
+pub(super) fn upstream_error(e: &ProxyError) -> Response {
     let body = Dialect::OpenaiCompletions.error_body(e);
     (
         e.status(),
@@ -77,19 +88,22 @@ fn upstream_error(e: &ProxyError) -> Response {
         .into_response()
 }
 
-async fn kind(st: &AppState) -> Result<Kind, Response> {
+pub(super) async fn kind(st: &AppState) -> Result<Kind, Response> {
     st.kind().await.map_err(|e| upstream_error(&e))
 }
 
 async fn health(State(st): St) -> Response {
-    forward(&st, Method::GET, "/health").await
+    match kind(&st).await {
+        Ok(Kind::Ollama) => super::aux_native::ollama_health(&st).await,
+        _ => forward(&st, Method::GET, "/health").await,
+    }
 }
 
 /// SGLang runs a one-token generation; elsewhere the upstream's `/health` is the best proxy.
 async fn health_generate(State(st): St) -> Response {
     match kind(&st).await {
         Ok(Kind::Sglang) => forward(&st, Method::GET, "/health_generate").await,
-        Ok(Kind::Vllm | Kind::Tgi) => forward(&st, Method::GET, "/health").await,
+        Ok(Kind::Vllm | Kind::Tgi | Kind::Llamacpp | Kind::Ollama) => health(State(st)).await,
         Err(r) => r,
     }
 }
@@ -97,15 +111,17 @@ async fn health_generate(State(st): St) -> Response {
 async fn model_info(State(st): St, uri: Uri) -> Response {
     match kind(&st).await {
         Ok(Kind::Sglang) => forward(&st, Method::GET, uri.path()).await,
-        Ok(Kind::Vllm | Kind::Tgi) => match st.default_model().await {
-            Ok(m) => axum::Json(json!({
-                "model_path": m, "tokenizer_path": m, "is_generation": true,
-                "preferred_sampling_params": null, "weight_version": "default",
-                "has_image_understanding": false, "has_audio_understanding": false,
-            }))
-            .into_response(),
-            Err(e) => upstream_error(&e),
-        },
+        Ok(Kind::Vllm | Kind::Tgi | Kind::Llamacpp | Kind::Ollama) => {
+            match st.default_model().await {
+                Ok(m) => axum::Json(json!({
+                    "model_path": m, "tokenizer_path": m, "is_generation": true,
+                    "preferred_sampling_params": null, "weight_version": "default",
+                    "has_image_understanding": false, "has_audio_understanding": false,
+                }))
+                .into_response(),
+                Err(e) => upstream_error(&e),
+            }
+        }
         Err(r) => r,
     }
 }
@@ -115,14 +131,14 @@ async fn model_info(State(st): St, uri: Uri) -> Response {
 async fn server_info(State(st): St, uri: Uri) -> Response {
     match kind(&st).await {
         Ok(Kind::Sglang) => forward(&st, Method::GET, uri.path()).await,
-        Ok(kind @ (Kind::Vllm | Kind::Tgi)) => {
+        Ok(k @ (Kind::Vllm | Kind::Tgi | Kind::Llamacpp | Kind::Ollama)) => {
             let model = st.default_model().await.unwrap_or_default();
             axum::Json(json!({
                 "model_path": model, "served_model_name": model,
                 "incremental_streaming_output": false, "stream_output": false,
                 "internal_states": [{}],
                 "version": concat!("lingo-", env!("CARGO_PKG_VERSION")),
-                "lingo": {"upstream": st.client.base(), "upstream_kind": kind.label()},
+                "lingo": {"upstream": st.client.base(), "upstream_kind": k.label()},
             }))
             .into_response()
         }
@@ -133,7 +149,9 @@ async fn server_info(State(st): St, uri: Uri) -> Response {
 async fn flush_cache(State(st): St, method: Method) -> Response {
     match kind(&st).await {
         Ok(Kind::Sglang) => forward(&st, method, "/flush_cache").await,
-        Ok(Kind::Vllm | Kind::Tgi) => (StatusCode::OK, "Cache flushed.\n").into_response(),
+        Ok(Kind::Vllm | Kind::Tgi | Kind::Llamacpp | Kind::Ollama) => {
+            (StatusCode::OK, "Cache flushed.\n").into_response()
+        }
         Err(r) => r,
     }
 }

@@ -1,6 +1,7 @@
 //! `lingo serve`: the router, its shared state, and the layer stack around it.
 
 mod aux;
+mod aux_native;
 mod generate;
 mod layers;
 mod respond;
@@ -39,13 +40,19 @@ pub fn router(state: Arc<AppState>) -> Router {
     let gen = |d: Dialect| move |s, h, b| generate::handle(s, d, h, b);
     let gen_stream = |d: Dialect| move |s, h, b| generate::handle_stream(s, d, h, b);
     let routes = Router::new()
+        // Shared by SGLang, TGI and vLLM's legacy server: the body decides.
         .route(
             "/generate",
-            post(gen(Dialect::Sglang)).put(gen(Dialect::Sglang)),
+            post(generate::handle_generate).put(generate::handle_generate),
         )
         .route("/v1/completions", post(gen(Dialect::OpenaiCompletions)))
         .route("/v1/chat/completions", post(gen(Dialect::OpenaiChat)))
         .route("/generate_stream", post(gen_stream(Dialect::Tgi)))
+        .route("/v1/messages", post(gen(Dialect::Anthropic)))
+        .route("/completion", post(gen(Dialect::Llamacpp)))
+        .route("/completions", post(gen(Dialect::Llamacpp)))
+        .route("/api/generate", post(gen(Dialect::OllamaGenerate)))
+        .route("/api/chat", post(gen(Dialect::OllamaChat)))
         .merge(aux::routes())
         .fallback(aux::not_found)
         .with_state(state);

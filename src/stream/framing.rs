@@ -137,6 +137,20 @@ pub fn write_sse(out: &mut BytesMut, data: &[u8]) {
     out.extend_from_slice(b"\n\n");
 }
 
+/// Write one named SSE event: `event: <name>\ndata: <data>\n\n` (Anthropic, OpenAI Responses).
+pub fn write_sse_event(out: &mut BytesMut, event: &str, data: &[u8]) {
+    out.extend_from_slice(b"event: ");
+    out.extend_from_slice(event.as_bytes());
+    out.extend_from_slice(b"\n");
+    write_sse(out, data);
+}
+
+/// Write one newline-delimited JSON document.
+pub fn write_ndjson(out: &mut BytesMut, data: &[u8]) {
+    out.extend_from_slice(data);
+    out.extend_from_slice(b"\n");
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -173,6 +187,17 @@ mod tests {
         p.feed(b"event: message_stop\ndata: a\ndata: b\n\n", &mut out);
         assert_eq!(out[0].event.as_deref(), Some("message_stop"));
         assert_eq!(&out[0].data[..], b"a\nb");
+    }
+
+    #[test]
+    fn named_events_round_trip() {
+        let mut out = BytesMut::new();
+        write_sse_event(&mut out, "ping", b"{\"type\":\"ping\"}");
+        assert_eq!(&out[..], b"event: ping\ndata: {\"type\":\"ping\"}\n\n");
+        let mut p = FrameParser::new(Framing::Sse);
+        let mut frames = Vec::new();
+        p.feed(&out, &mut frames);
+        assert_eq!(frames[0].event.as_deref(), Some("ping"));
     }
 
     #[test]

@@ -34,6 +34,8 @@ pub enum Output {
 
 struct State {
     body: Incoming,
+    /// The upstream's framing, which a re-framed passthrough writes in too.
+    framing: Framing,
     parser: FrameParser,
     decoder: StreamDecoder,
     output: Output,
@@ -57,6 +59,7 @@ pub fn pipeline(
 ) -> impl Stream<Item = Emit> + Send {
     let state = State {
         body,
+        framing,
         parser: FrameParser::new(framing),
         decoder,
         output,
@@ -129,6 +132,9 @@ impl State {
             self.write(frame, &mut out);
         }
         self.frames = frames;
+        if eof && failure.is_none() {
+            tokens += self.closed(&mut out);
+        }
         let bytes = if raw { data } else { out.freeze() };
         self.emit(bytes, tokens);
         match failure {
@@ -136,6 +142,21 @@ impl State {
             None if eof => self.end(),
             None => {}
         }
+    }
+
+    /// The upstream closed the connection: account for (and encode) what the decoder reads
+    /// into that, for streams that end by closing.
+    fn closed(&mut self, out: &mut BytesMut) -> u32 {
+        self.events.clear();
+        self.decoder.close(&mut self.events);
+        if self.events.is_empty() {
+            return 0;
+        }
+        let tokens = self.account();
+        if let Output::Encode(enc) = &mut self.output {
+            enc.events(&self.events, out);
+        }
+        tokens
     }
 
     fn upstream_error(&self) -> Option<String> {
@@ -171,9 +192,16 @@ impl State {
                 if *strip_usage && is_usage_only(&self.events) {
                     return;
                 }
-                match alias {
-                    Some(a) => write_sse(out, &rewrite_model(&frame.data, a)),
-                    None => write_sse(out, &frame.data),
+                let data = match alias {
+                    Some(a) => rewrite_model(&frame.data, a),
+                    None => frame.data.to_vec(),
+                };
+                match self.framing {
+                    Framing::Sse => write_sse(out, &data),
+                    Framing::Ndjson => {
+                        out.extend_from_slice(&data);
+                        out.extend_from_slice(b"\n");
+                    }
                 }
             }
         }

@@ -82,20 +82,26 @@ impl Client {
         headers: &[(HeaderName, HeaderValue)],
     ) -> Result<UpstreamResponse, ProxyError> {
         let uri = format!("{}{}", self.base, path);
-        let mut req = Request::builder().method(method).uri(&uri);
-        for (k, v) in headers {
-            req = req.header(k, v);
+        let build = || {
+            let mut req = Request::builder().method(method.clone()).uri(&uri);
+            for (k, v) in headers {
+                req = req.header(k, v);
+            }
+            if !body.is_empty() {
+                req = req.header(header::CONTENT_TYPE, "application/json");
+            }
+            req.body(Full::new(body.clone()))
+                .map_err(|e| ProxyError::Internal(format!("building request to {uri}: {e}")))
+        };
+        let deadline = tokio::time::Instant::now() + self.header_timeout;
+        let mut result = self.attempt(build()?, deadline).await;
+        // A pooled connection the server closed while idle fails before any response byte
+        // (cpp-httplib under llama.cpp does this after a stream). The server never saw the
+        // request, so sending it once more, on a fresh connection, is safe.
+        if matches!(&result, Err(e) if closed_before_response(e)) {
+            result = self.attempt(build()?, deadline).await;
         }
-        if !body.is_empty() {
-            req = req.header(header::CONTENT_TYPE, "application/json");
-        }
-        let req = req
-            .body(Full::new(body))
-            .map_err(|e| ProxyError::Internal(format!("building request to {uri}: {e}")))?;
-        let resp = tokio::time::timeout(self.header_timeout, self.inner.request(req))
-            .await
-            .map_err(|_| ProxyError::UpstreamTimeout)?
-            .map_err(|e| classify(&uri, e))?;
+        let resp = result.map_err(|e| classify(&uri, e))?;
         let (parts, body) = resp.into_parts();
         Ok(UpstreamResponse {
             status: parts.status,
@@ -106,7 +112,42 @@ impl Client {
     }
 }
 
-fn classify(uri: &str, e: hyper_util::client::legacy::Error) -> ProxyError {
+enum Failure {
+    Timeout,
+    Client(hyper_util::client::legacy::Error),
+}
+
+impl Client {
+    async fn attempt(
+        &self,
+        req: Request<Full<Bytes>>,
+        deadline: tokio::time::Instant,
+    ) -> Result<hyper::Response<Incoming>, Failure> {
+        match tokio::time::timeout_at(deadline, self.inner.request(req)).await {
+            Err(_) => Err(Failure::Timeout),
+            Ok(r) => r.map_err(Failure::Client),
+        }
+    }
+}
+
+/// The connection closed before the response began: hyper's "incomplete message".
+fn closed_before_response(e: &Failure) -> bool {
+    let Failure::Client(e) = e else { return false };
+    let mut src = std::error::Error::source(e);
+    while let Some(s) = src {
+        if let Some(h) = s.downcast_ref::<hyper::Error>() {
+            return h.is_incomplete_message();
+        }
+        src = s.source();
+    }
+    false
+}
+
+fn classify(uri: &str, e: Failure) -> ProxyError {
+    let e = match e {
+        Failure::Timeout => return ProxyError::UpstreamTimeout,
+        Failure::Client(e) => e,
+    };
     let mut text = e.to_string();
     let mut src = std::error::Error::source(&e);
     while let Some(s) = src {

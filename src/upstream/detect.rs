@@ -60,8 +60,25 @@ async fn openai_models(client: &Client) -> Option<Vec<ModelCard>> {
         .map(|l| l.data)
 }
 
+/// Whether `GET path` answers 200 with a JSON object holding one of `keys`.
+async fn answers_with(client: &Client, path: &str, keys: &[&str]) -> bool {
+    let Ok(resp) = client.get(path).await else {
+        return false;
+    };
+    if !resp.status.is_success() {
+        return false;
+    }
+    let Ok(body) = resp.bytes().await else {
+        return false;
+    };
+    serde_json::from_slice::<serde_json::Value>(&body)
+        .ok()
+        .is_some_and(|v| keys.iter().any(|k| v.get(k).is_some()))
+}
+
 /// Probe the upstream: SGLang answers `/get_model_info`; TGI answers `/info` with its
-/// `model_id` and router limits; vLLM lists models `owned_by: vllm`. Anything else that speaks
+/// `model_id` and router limits; llama.cpp `/props` (with its generation settings or model
+/// path); Ollama `/api/version`; vLLM lists models `owned_by: vllm`. Anything else that speaks
 /// OpenAI is treated as vLLM-like. `None` if nothing answered.
 pub async fn detect_kind(client: &Client) -> Option<(Kind, String)> {
     if let Ok(resp) = client.get("/get_model_info").await {
@@ -73,6 +90,13 @@ pub async fn detect_kind(client: &Client) -> Option<(Kind, String)> {
         let why = format!("GET /info answered for TGI model {:?}", card.id);
         return Some((Kind::Tgi, why));
     }
+    let props = ["default_generation_settings", "model_path"];
+    if answers_with(client, "/props", &props).await {
+        return Some((Kind::Llamacpp, "GET /props answered".into()));
+    }
+    if answers_with(client, "/api/version", &["version"]).await {
+        return Some((Kind::Ollama, "GET /api/version answered".into()));
+    }
     let models = openai_models(client).await?;
     let owner = models
         .first()
@@ -81,6 +105,7 @@ pub async fn detect_kind(client: &Client) -> Option<(Kind, String)> {
     let why = format!("GET /v1/models says owned_by {owner:?}");
     Some(match owner.as_str() {
         "sglang" => (Kind::Sglang, why),
+        "llamacpp" => (Kind::Llamacpp, why),
         _ => (Kind::Vllm, why),
     })
 }

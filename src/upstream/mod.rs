@@ -20,6 +20,8 @@ pub enum KindSetting {
     Vllm,
     Sglang,
     Tgi,
+    Llamacpp,
+    Ollama,
 }
 
 impl std::str::FromStr for KindSetting {
@@ -30,8 +32,10 @@ impl std::str::FromStr for KindSetting {
             "vllm" => Ok(KindSetting::Vllm),
             "sglang" => Ok(KindSetting::Sglang),
             "tgi" => Ok(KindSetting::Tgi),
+            "llamacpp" => Ok(KindSetting::Llamacpp),
+            "ollama" => Ok(KindSetting::Ollama),
             other => Err(format!(
-                "unknown upstream kind `{other}` (auto, vllm, sglang, tgi)"
+                "unknown upstream kind `{other}` (auto, vllm, sglang, tgi, llamacpp, ollama)"
             )),
         }
     }
@@ -46,6 +50,11 @@ pub enum Kind {
     Sglang,
     /// Hugging Face TGI: native `/generate`, `/generate_stream` and its Messages API.
     Tgi,
+    /// llama.cpp's `llama-server`: native `/completion` plus its OpenAI routes.
+    Llamacpp,
+    /// Ollama: native `/api/generate` and `/api/chat` (its OpenAI routes are not used: the
+    /// native ones take an explicit `num_predict` and report exact counts).
+    Ollama,
 }
 
 impl Kind {
@@ -54,6 +63,8 @@ impl Kind {
             Kind::Vllm => "vllm",
             Kind::Sglang => "sglang",
             Kind::Tgi => "tgi",
+            Kind::Llamacpp => "llamacpp",
+            Kind::Ollama => "ollama",
         }
     }
 
@@ -61,8 +72,16 @@ impl Kind {
     pub fn serves(self, dialect: Dialect) -> bool {
         match self {
             Kind::Vllm => matches!(dialect, Dialect::OpenaiCompletions | Dialect::OpenaiChat),
-            Kind::Sglang => !matches!(dialect, Dialect::Tgi),
+            Kind::Sglang => matches!(
+                dialect,
+                Dialect::Sglang | Dialect::OpenaiCompletions | Dialect::OpenaiChat
+            ),
             Kind::Tgi => matches!(dialect, Dialect::Tgi | Dialect::OpenaiChat),
+            Kind::Llamacpp => matches!(
+                dialect,
+                Dialect::Llamacpp | Dialect::OpenaiCompletions | Dialect::OpenaiChat
+            ),
+            Kind::Ollama => matches!(dialect, Dialect::OllamaGenerate | Dialect::OllamaChat),
         }
     }
 
@@ -72,12 +91,15 @@ impl Kind {
         if self.serves(client) {
             return Route::Passthrough;
         }
-        Route::Translate(match (self, client.is_chat()) {
-            (_, true) => Dialect::OpenaiChat,
-            (Kind::Vllm, false) => Dialect::OpenaiCompletions,
-            (Kind::Sglang, false) => Dialect::Sglang,
-            (Kind::Tgi, false) => Dialect::Tgi,
-        })
+        let completions = match self {
+            Kind::Ollama => Dialect::OllamaGenerate,
+            Kind::Tgi => Dialect::Tgi,
+            // TGI's raw prompts go to SGLang's native endpoint, which takes all of TGI's
+            // parameters.
+            Kind::Sglang if client == Dialect::Tgi => Dialect::Sglang,
+            Kind::Vllm | Kind::Sglang | Kind::Llamacpp => Dialect::OpenaiCompletions,
+        };
+        Route::Translate(completions.for_prompt(client.is_chat()))
     }
 
     /// The kind a setting names (`None` for `auto`).
@@ -87,6 +109,8 @@ impl Kind {
             KindSetting::Vllm => Some(Kind::Vllm),
             KindSetting::Sglang => Some(Kind::Sglang),
             KindSetting::Tgi => Some(Kind::Tgi),
+            KindSetting::Llamacpp => Some(Kind::Llamacpp),
+            KindSetting::Ollama => Some(Kind::Ollama),
         }
     }
 }
@@ -128,6 +152,45 @@ mod tests {
         assert_eq!(
             Kind::Sglang.route(Dialect::Tgi),
             Route::Translate(Dialect::Sglang)
+        );
+    }
+
+    #[test]
+    fn anthropic_goes_to_chat_and_vllm_legacy_to_completions() {
+        for kind in [Kind::Vllm, Kind::Sglang] {
+            assert_eq!(
+                kind.route(Dialect::Anthropic),
+                Route::Translate(Dialect::OpenaiChat)
+            );
+            assert_eq!(
+                kind.route(Dialect::VllmLegacy),
+                Route::Translate(Dialect::OpenaiCompletions)
+            );
+        }
+    }
+
+    #[test]
+    fn llamacpp_and_ollama_routes() {
+        assert_eq!(Kind::Llamacpp.route(Dialect::Llamacpp), Route::Passthrough);
+        assert_eq!(
+            Kind::Llamacpp.route(Dialect::Sglang),
+            Route::Translate(Dialect::OpenaiCompletions)
+        );
+        assert_eq!(
+            Kind::Vllm.route(Dialect::OllamaChat),
+            Route::Translate(Dialect::OpenaiChat)
+        );
+        assert_eq!(
+            Kind::Ollama.route(Dialect::OllamaGenerate),
+            Route::Passthrough
+        );
+        assert_eq!(
+            Kind::Ollama.route(Dialect::OpenaiChat),
+            Route::Translate(Dialect::OllamaChat)
+        );
+        assert_eq!(
+            Kind::Ollama.route(Dialect::Llamacpp),
+            Route::Translate(Dialect::OllamaGenerate)
         );
     }
 }

@@ -62,6 +62,8 @@ pub fn kind_setting(kind: MockKind) -> KindSetting {
         MockKind::Vllm => KindSetting::Vllm,
         MockKind::Sglang => KindSetting::Sglang,
         MockKind::Tgi => KindSetting::Tgi,
+        MockKind::Llamacpp => KindSetting::Llamacpp,
+        MockKind::Ollama => KindSetting::Ollama,
     }
 }
 

@@ -4,7 +4,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
 use crate::error::ProxyError;
-use crate::model::{Finish, Sampling, Usage};
+use bytes::BytesMut;
+
+use crate::dialect::Ctx;
+use crate::model::{Finish, Request, Sampling, Tally, Usage};
+use crate::stream::framing::write_sse;
 
 /// `stop` is a string or a list of strings.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -217,4 +221,34 @@ pub fn finish_to_wire(f: Option<&Finish>) -> (Value, Value) {
         Some(Finish::StopToken(t)) => (json!("stop"), json!(t)),
         Some(Finish::Eos(_) | Finish::Stop) => (json!("stop"), Value::Null),
     }
+}
+
+/// The tail every OpenAI-style upstream request shares: the request id, the stream flag
+/// with per-chunk usage (so lingo counts exactly), and the client's own extra fields.
+pub fn finish_request(req: &Request, mut m: Map<String, Value>) -> Result<Vec<u8>, ProxyError> {
+    if let Some(id) = &req.request_id {
+        m.insert("request_id".into(), json!(id));
+    }
+    if req.stream {
+        m.insert("stream".into(), json!(true));
+        m.insert(
+            "stream_options".into(),
+            json!({"include_usage": true, "continuous_usage_stats": true}),
+        );
+    }
+    for (k, v) in &req.extra {
+        m.entry(k.clone()).or_insert_with(|| v.clone());
+    }
+    serde_json::to_vec(&m).map_err(|e| ProxyError::Internal(e.to_string()))
+}
+
+/// A stream's end for an OpenAI client: the usage chunk if it asked for one, then `[DONE]`.
+pub fn write_stream_end(ctx: &Ctx, object: &str, tally: &Tally, out: &mut BytesMut) {
+    if ctx.stream_usage {
+        let (usage, _) = tally.totals();
+        let v = json!({"id": ctx.id, "object": object, "created": ctx.created,
+                       "model": ctx.model, "choices": [], "usage": usage_json(&usage)});
+        write_sse(out, v.to_string().as_bytes());
+    }
+    write_sse(out, b"[DONE]");
 }

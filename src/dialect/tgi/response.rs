@@ -216,7 +216,7 @@ fn tokens_json(c: &Choice, ctx: &Ctx) -> (Vec<Value>, Option<Vec<Value>>) {
 pub fn encode(resp: &Response, ctx: &Ctx) -> Vec<u8> {
     let empty = Choice::default();
     let c = resp.choices.first().unwrap_or(&empty);
-    let text = match &ctx.echo {
+    let text = match ctx.echo.first() {
         Some(prompt) => format!("{prompt}{}", c.text),
         None => c.text.clone(),
     };

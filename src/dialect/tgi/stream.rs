@@ -44,7 +44,7 @@ pub struct Encoder {
 
 impl Encoder {
     pub fn new(ctx: Ctx) -> Encoder {
-        let text = ctx.echo.clone().unwrap_or_default();
+        let text = ctx.echo.first().cloned().unwrap_or_default();
         Encoder {
             ctx,
             tally: Tally::default(),

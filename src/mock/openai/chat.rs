@@ -146,7 +146,9 @@ impl Encoder for Stream {
     fn open(&mut self, seqs: &[Seq], out: &mut Vec<u8>) {
         let ctx = &self.0;
         let (stop_reason, matched_stop) = match ctx.kind {
-            MockKind::Vllm => (StopSlot::Absent, StopSlot::Absent),
+            MockKind::Vllm | MockKind::Llamacpp | MockKind::Ollama => {
+                (StopSlot::Absent, StopSlot::Absent)
+            }
             MockKind::Sglang | MockKind::Tgi => (StopSlot::Absent, StopSlot::Null),
         };
         for (index, seq) in seqs.iter().enumerate() {

@@ -89,6 +89,8 @@ fn prepare(
         }
         (MockKind::Vllm, _) => state.model(),
         (MockKind::Sglang | MockKind::Tgi, m) => m.unwrap_or("default").to_owned(),
+        // llama.cpp and Ollama serve their OpenAI routes from their own modules.
+        (MockKind::Llamacpp | MockKind::Ollama, _) => state.model(),
     };
     let stream = common.stream.unwrap_or(false);
     if cfg.kind == MockKind::Vllm && common.stream_options.is_some() && !stream {

@@ -57,6 +57,22 @@ async fn run(
     }
 }
 
+/// `POST /generate`, shared by three dialects: pick one by the body's shape.
+pub async fn handle_generate(
+    st: State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    match crate::dialect::generate_dialect(&body) {
+        Ok(d) => handle(st, d, headers, body).await,
+        Err(e) => {
+            let at = respond::Arrival::new(&headers);
+            let rec = respond::record(&st, Dialect::Sglang, None, &at);
+            respond::error(&st, rec, Dialect::Sglang, &e)
+        }
+    }
+}
+
 /// Whether an upstream error says the model does not exist (so the model list is stale).
 fn is_model_not_found(status: u16, message: &str) -> bool {
     status == 404 && (message.contains("does not exist") || message.contains("not found"))

@@ -19,8 +19,8 @@ use crate::upstream::{forward_headers, Kind};
 #[derive(Deserialize)]
 struct Peek {
     model: Option<String>,
-    #[serde(default)]
-    stream: bool,
+    /// Absent means the dialect's default (Ollama streams by default).
+    stream: Option<bool>,
     stream_options: Option<StreamOptions>,
 }
 
@@ -35,7 +35,11 @@ impl Peek {
     fn needs_usage(&self, dialect: Dialect) -> bool {
         let asked = self.stream_options.as_ref().and_then(|o| o.include_usage) == Some(true);
         let openai = matches!(dialect, Dialect::OpenaiCompletions | Dialect::OpenaiChat);
-        self.stream && !asked && openai
+        self.streams(dialect) && !asked && openai
+    }
+
+    fn streams(&self, dialect: Dialect) -> bool {
+        self.stream.unwrap_or(dialect.streams_by_default())
     }
 }
 
@@ -78,7 +82,7 @@ pub async fn handle(
         // Only for the metric label; discovering the model once is worth it.
         None => st.default_model().await.ok(),
     };
-    let stream = peek.stream || at.stream;
+    let stream = peek.streams(dialect) || at.stream;
     let mut rec = respond::record(st, dialect, label_model.as_deref(), &at);
     rec.stream = stream;
     let strip_usage = peek.needs_usage(dialect);

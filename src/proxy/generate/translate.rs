@@ -30,6 +30,8 @@ pub async fn handle(
     };
     // TGI's `/generate_stream` streams by route.
     req.stream |= at.stream;
+    // Ollama's /api/generate is chat-shaped unless `raw`: the body decides the endpoint.
+    let target = target.for_prompt(matches!(req.prompt, crate::model::Prompt::Chat(_)));
     let (resolved, from_discovery) = match resolve_model(st, &req).await {
         Ok(m) => m,
         Err(e) => return respond::error(st, respond::record(st, client, None, &at), client, &e),
@@ -78,6 +80,10 @@ fn response_id(client: Dialect, req: &Request) -> String {
         Dialect::Sglang | Dialect::Tgi => hex,
         Dialect::OpenaiCompletions => format!("cmpl-{hex}"),
         Dialect::OpenaiChat => format!("chatcmpl-{hex}"),
+        Dialect::Anthropic => format!("msg_{hex}"),
+        Dialect::VllmLegacy => hex,
+        // llama.cpp's native answers and Ollama's carry no id.
+        Dialect::Llamacpp | Dialect::OllamaGenerate | Dialect::OllamaChat => hex,
     }
 }
 

@@ -3,7 +3,9 @@
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use crate::dialect::openai::wire::{sampling_from_wire, write_sampling, SamplingWire};
+use crate::dialect::openai::wire::{
+    finish_request, sampling_from_wire, write_sampling, SamplingWire,
+};
 use crate::error::{decode_json, ProxyError};
 use crate::model::{Prompt, Request};
 
@@ -98,19 +100,6 @@ pub fn encode_request(req: &Request) -> Result<Vec<u8>, ProxyError> {
     if let Some(k) = req.logprobs {
         m.insert("logprobs".into(), json!(k));
     }
-    if let Some(id) = &req.request_id {
-        m.insert("request_id".into(), json!(id));
-    }
     m.insert("return_token_ids".into(), json!(true));
-    if req.stream {
-        m.insert("stream".into(), json!(true));
-        m.insert(
-            "stream_options".into(),
-            json!({"include_usage": true, "continuous_usage_stats": true}),
-        );
-    }
-    for (k, v) in &req.extra {
-        m.entry(k.clone()).or_insert_with(|| v.clone());
-    }
-    serde_json::to_vec(&m).map_err(|e| ProxyError::Internal(e.to_string()))
+    finish_request(req, m)
 }

@@ -4,7 +4,7 @@ use bytes::BytesMut;
 use serde_json::{json, Value};
 
 use super::logprobs;
-use crate::dialect::openai::wire::{finish_to_wire, usage_json};
+use crate::dialect::openai::wire::{finish_to_wire, write_stream_end};
 use crate::dialect::Ctx;
 use crate::model::{Event, Tally};
 use crate::stream::framing::write_sse;
@@ -59,13 +59,6 @@ impl StreamEncoder {
     }
 
     pub fn end(&mut self, out: &mut BytesMut) {
-        if self.ctx.stream_usage {
-            let (usage, _) = self.tally.totals();
-            let v = json!({"id": self.ctx.id, "object": "text_completion",
-                           "created": self.ctx.created, "model": self.ctx.model,
-                           "choices": [], "usage": usage_json(&usage)});
-            write_sse(out, v.to_string().as_bytes());
-        }
-        write_sse(out, b"[DONE]");
+        write_stream_end(&self.ctx, "text_completion", &self.tally, out);
     }
 }

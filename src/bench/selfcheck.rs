@@ -1,0 +1,171 @@
+//! Did the driver keep up? Per level: the achieved against the scheduled request rate, how
+//! late requests left against their schedule (send lag), and the driver's own CPU use.
+//!
+//! The rule: a level is driver-bound when its send-lag p99 exceeds `LAG_LIMIT` (10 ms), or the
+//! driver's process used more than `CPU_LIMIT` (90 %) of the cores its runtime runs on. Either
+//! means the driver, not the server, may have set the pace, so the level's figures understate
+//! what the server can do. The CPU is the whole process's: run against a server in another
+//! process (as `lingo bench` does) for it to be the driver's alone.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::config::{Load, Rate};
+use super::report::LevelReport;
+use super::stats::quantile_sorted;
+
+/// Send-lag p99 above this marks a level as driver-bound.
+pub const LAG_LIMIT: Duration = Duration::from_millis(10);
+/// CPU use above this fraction of the runtime's cores marks a level as driver-bound.
+pub const CPU_LIMIT: f64 = 0.9;
+
+/// USER_HZ: the unit of `/proc/self/stat` times, 100 on every Linux architecture in use.
+const TICKS_PER_SECOND: f64 = 100.0;
+
+/// The process's user + system CPU time so far, from `/proc/self/stat` (Linux only).
+pub fn process_cpu() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name (which may hold spaces) start at field 3 (state);
+    // utime and stime are fields 14 and 15.
+    let rest = stat.get(stat.rfind(')')? + 2..)?;
+    let mut fields = rest.split_ascii_whitespace().skip(11);
+    let utime: u64 = fields.next()?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some(Duration::from_secs_f64(
+        (utime + stime) as f64 / TICKS_PER_SECOND,
+    ))
+}
+
+/// The driver's own figures for one level. Rates in requests per second, times in seconds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SelfCheck {
+    /// The level's nominal rate (open loop).
+    pub target_rate: Option<Rate>,
+    /// The rate of the drawn schedule: (n - 1) / span of the scheduled times.
+    pub scheduled_rate: Option<f64>,
+    /// The rate requests actually left at: (n - 1) / span of the send times.
+    pub achieved_rate: Option<f64>,
+    /// Requests in flight on average (sum of send-to-end times / wall; Little's law).
+    pub mean_in_flight: f64,
+    pub send_lag_p50: Option<f64>,
+    pub send_lag_p99: Option<f64>,
+    pub send_lag_max: Option<f64>,
+    /// Driver CPU over the level's wall time: 1.0 is one core busy.
+    pub cpu: Option<f64>,
+    /// Worker threads of the driver's runtime.
+    pub cores: usize,
+    /// Whether the driver may have set the pace, and why.
+    pub driver_bound: bool,
+    pub reasons: Vec<String>,
+}
+
+impl SelfCheck {
+    pub fn of(level: &LevelReport) -> SelfCheck {
+        let rs = &level.results;
+        let span = |f: &dyn Fn(usize) -> Duration| {
+            let (lo, hi) = (0..rs.len())
+                .map(f)
+                .fold((Duration::MAX, Duration::ZERO), |(lo, hi), d| {
+                    (lo.min(d), hi.max(d))
+                });
+            let s = hi.saturating_sub(lo).as_secs_f64();
+            (rs.len() > 1 && s > 0.0).then(|| (rs.len() - 1) as f64 / s)
+        };
+        let (target_rate, scheduled_rate) = match level.load {
+            Load::Concurrency { .. } => (None, None),
+            Load::Rate { rate, .. } => (Some(rate), span(&|i| rs[i].scheduled)),
+            Load::Replay { .. } => (None, span(&|i| rs[i].scheduled)),
+        };
+        let mut lags: Vec<f64> = rs.iter().map(|r| r.lag.as_secs_f64()).collect();
+        lags.sort_by(f64::total_cmp);
+        let busy: f64 = rs
+            .iter()
+            .map(|r| (r.scheduled + r.e2e).saturating_sub(r.sent).as_secs_f64())
+            .sum();
+        let wall = level.wall.as_secs_f64();
+        let cpu = level
+            .cpu
+            .filter(|_| wall > 0.0)
+            .map(|c| c.as_secs_f64() / wall);
+        let mut check = SelfCheck {
+            target_rate,
+            scheduled_rate,
+            achieved_rate: span(&|i| rs[i].sent),
+            mean_in_flight: if wall > 0.0 { busy / wall } else { 0.0 },
+            send_lag_p50: quantile_sorted(&lags, 0.5),
+            send_lag_p99: quantile_sorted(&lags, 0.99),
+            send_lag_max: lags.last().copied(),
+            cpu,
+            cores: level.cores,
+            driver_bound: false,
+            reasons: Vec::new(),
+        };
+        if let Some(p99) = check.send_lag_p99.filter(|l| *l > LAG_LIMIT.as_secs_f64()) {
+            check.reasons.push(format!(
+                "send lag p99 {:.1} ms > {} ms",
+                p99 * 1e3,
+                LAG_LIMIT.as_millis()
+            ));
+        }
+        let limit = CPU_LIMIT * level.cores.max(1) as f64;
+        if let Some(c) = cpu.filter(|c| *c > limit) {
+            check.reasons.push(format!(
+                "driver CPU {:.0}% > {:.0}% ({} cores)",
+                c * 100.0,
+                limit * 100.0,
+                level.cores
+            ));
+        }
+        check.driver_bound = !check.reasons.is_empty();
+        check
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::report::tests::{level, ok};
+
+    #[test]
+    fn reads_this_process_cpu() {
+        let a = process_cpu().unwrap();
+        let mut x = 0u64;
+        for i in 0..20_000_000u64 {
+            x = x.wrapping_add(i * i);
+        }
+        std::hint::black_box(x);
+        assert!(process_cpu().unwrap() >= a);
+    }
+
+    #[test]
+    fn lag_and_cpu_mark_a_driver_bound_level() {
+        let mut rs: Vec<_> = (0..100).map(|_| ok(5, 10, 50)).collect();
+        for (i, r) in rs.iter_mut().enumerate() {
+            r.scheduled = Duration::from_millis(10 * i as u64);
+            r.sent = r.scheduled + Duration::from_millis(1);
+            r.lag = Duration::from_millis(1);
+        }
+        let mut l = level(rs);
+        l.load = Load::Rate {
+            rate: Rate::PerSecond(100.0),
+            max_concurrency: None,
+        };
+        l.cpu = Some(Duration::from_millis(500));
+        let c = SelfCheck::of(&l);
+        assert!(!c.driver_bound, "{:?}", c.reasons);
+        assert!((c.scheduled_rate.unwrap() - 100.0).abs() < 1e-6);
+        assert!((c.achieved_rate.unwrap() - 100.0).abs() < 1e-6);
+        assert_eq!(c.send_lag_p99, Some(0.001));
+        // 100 requests of 49 ms (sent 1 ms late) over 2 s.
+        assert!((c.mean_in_flight - 2.45).abs() < 1e-9);
+        assert_eq!(c.cpu, Some(0.25));
+
+        l.results[99].lag = Duration::from_millis(50);
+        l.results[98].lag = Duration::from_millis(50);
+        l.cpu = Some(Duration::from_secs(4));
+        let c = SelfCheck::of(&l);
+        assert!(c.driver_bound);
+        assert_eq!(c.reasons.len(), 2, "{:?}", c.reasons);
+    }
+}

@@ -1,0 +1,89 @@
+//! The upstream connection pool against a server that closes idle keep-alive connections
+//! without saying so (llama.cpp's cpp-httplib after a stream, uvicorn after its keep-alive
+//! timeout): a request that lands on such a connection is sent again on a fresh one.
+
+#![allow(clippy::unwrap_used)] // a panic in a test is a failed test
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use common::*;
+use lingo::upstream::KindSetting;
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+const BODY: &str = r#"{"id":"cmpl-1","object":"text_completion","created":1,"model":"m","choices":[{"index":0,"text":" ok","finish_reason":"length","stop_reason":null}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}"#;
+
+/// Read one HTTP request (headers and a Content-Length body); false at end of stream.
+async fn read_request(sock: &mut TcpStream) -> bool {
+    let mut buf = Vec::new();
+    let mut byte = [0u8; 1024];
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).to_lowercase();
+            let len: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .map_or(0, |v| v.trim().parse().unwrap());
+            while buf.len() < end + 4 + len {
+                let n = sock.read(&mut byte).await.unwrap();
+                buf.extend_from_slice(&byte[..n]);
+            }
+            return true;
+        }
+        let n = sock.read(&mut byte).await.unwrap_or(0);
+        if n == 0 {
+            return false;
+        }
+        buf.extend_from_slice(&byte[..n]);
+    }
+}
+
+/// Answers the first request of each connection, then drops the connection when the
+/// second one arrives, as if it had timed out while idle.
+async fn one_request_per_connection(listener: TcpListener, connections: Arc<AtomicUsize>) {
+    loop {
+        let (mut sock, _) = listener.accept().await.unwrap();
+        connections.fetch_add(1, Ordering::SeqCst);
+        tokio::spawn(async move {
+            if !read_request(&mut sock).await {
+                return;
+            }
+            let resp = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{BODY}",
+                BODY.len()
+            );
+            sock.write_all(resp.as_bytes()).await.unwrap();
+            read_request(&mut sock).await; // and close without answering
+        });
+    }
+}
+
+#[tokio::test]
+async fn a_request_on_a_connection_the_server_dropped_is_sent_again() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let connections = Arc::new(AtomicUsize::new(0));
+    tokio::spawn(one_request_per_connection(listener, connections.clone()));
+    let mut cfg = config_for(&url, KindSetting::Vllm);
+    cfg.upstream.model = Some("m".into());
+    let base = lingo(cfg).await;
+    for i in 0..3 {
+        let r = client()
+            .post(format!("{base}/generate"))
+            .json(&json!({"text": "x", "sampling_params": {"max_new_tokens": 1}}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "request {i}: {}", r.text().await.unwrap());
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["text"], " ok");
+    }
+    assert!(
+        connections.load(Ordering::SeqCst) >= 3,
+        "each request needed a fresh connection"
+    );
+}

@@ -358,3 +358,42 @@ async fn vllm_compatible_names_and_the_request_log() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// TGI gives prompt counts only in a header (whole responses) or in the final stream event's
+/// `details` (which lingo asks for when it translates): either way lingo's totals are exact.
+#[tokio::test]
+async fn tgi_counts_come_from_its_header_and_final_details() {
+    let mock = mock(MockKind::Tgi).await;
+    let base = lingo(config_for(&mock.url(), KindSetting::Tgi)).await;
+    let tgi = json!({"inputs": "one two three four",
+                     "parameters": {"max_new_tokens": 6, "details": true}});
+    let sglang = |stream: bool| json!({"text": "a b c", "stream": stream, "sampling_params": {"max_new_tokens": 5}});
+    let requests = [
+        ("/generate_stream", tgi),
+        ("/generate", sglang(false)),
+        ("/generate", sglang(true)),
+    ];
+    for (path, body) in requests {
+        let resp = client()
+            .post(format!("{base}{path}"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200, "{path}");
+        resp.text().await.unwrap();
+    }
+    let stats = mock.state.stats();
+    assert_eq!(stats.completed, 3);
+    let text = scrape(&base).await;
+    let up = [("upstream", "default")];
+    assert_eq!(
+        sum(&text, "lingo_prompt_tokens_total", &up),
+        stats.prompt_tokens as f64
+    );
+    assert_eq!(
+        sum(&text, "lingo_generation_tokens_total", &up),
+        stats.completion_tokens as f64
+    );
+    assert_eq!(sum(&text, "lingo_estimated_token_requests_total", &up), 0.0);
+}

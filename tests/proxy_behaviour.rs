@@ -447,6 +447,73 @@ async fn metrics_count_the_upstreams_tokens() {
     assert!(text.contains("lingo_time_to_first_token_seconds_count{dialect=\"sglang\""));
 }
 
+// ---------------------------------------------------------------- TGI clients
+
+fn tgi_stream_request(params: Value) -> Value {
+    json!({"inputs": "a b c", "parameters": params})
+}
+
+/// POST to `/generate_stream`; TGI answers 200 whatever happens, so lingo does too.
+async fn tgi_events(base: &str, body: Value) -> Vec<Value> {
+    let r = client()
+        .post(format!("{base}/generate_stream"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["content-type"], "text/event-stream");
+    sse_events(&r.text().await.unwrap())
+}
+
+#[tokio::test]
+async fn tgi_stream_errors_are_in_band_even_before_output() {
+    let (mock, base) = vllm_pair().await;
+    let events = tgi_events(&base, tgi_stream_request(json!({"typical_p": 0.5}))).await;
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0]["error_type"], "validation");
+    assert!(events[0]["error"]
+        .as_str()
+        .unwrap()
+        .contains("parameters.typical_p"));
+    assert_eq!(
+        mock.state.stats().requests,
+        0,
+        "nothing reached the upstream"
+    );
+
+    let dead = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let base = lingo(config_for(&format!("http://{dead}"), KindSetting::Vllm)).await;
+    let events = tgi_events(&base, tgi_stream_request(json!({"max_new_tokens": 3}))).await;
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0]["error_type"], "incomplete_generation");
+}
+
+#[tokio::test]
+async fn tgi_stream_failure_after_output_is_an_error_event_last() {
+    let (mock, base) = vllm_pair().await;
+    mock.state.fail_next_stream(2, FailMode::ErrorEvent);
+    let events = tgi_events(&base, tgi_stream_request(json!({"max_new_tokens": 6}))).await;
+    assert_eq!(events.len(), 3, "{events:?}");
+    assert_eq!(events[0]["index"], 1);
+    assert_eq!(events[1]["index"], 2);
+    assert!(events[2]["error"].is_string(), "{events:?}");
+    assert!(events[2].get("token").is_none());
+}
+
+#[tokio::test]
+async fn tgi_info_is_synthesized_for_other_upstreams() {
+    let (_mock, base) = vllm_pair().await;
+    let v: Value = get_json(&format!("{base}/info")).await;
+    assert_eq!(v["model_id"], "mock-model");
+    assert_eq!(v["max_total_tokens"], 32768);
+    assert_eq!(v["max_stop_sequences"], 4);
+    assert_eq!(v["lingo"]["upstream_kind"], "vllm");
+}
+
 #[tokio::test]
 async fn generate_body_without_a_known_prompt_field_is_refused_with_what_was_expected() {
     let (mock, base) = vllm_pair().await;

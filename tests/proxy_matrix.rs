@@ -26,6 +26,8 @@ struct Seen {
 struct Row {
     name: &'static str,
     path: &'static str,
+    /// The stream settings the row runs with.
+    streams: &'static [bool],
     request: fn(bool) -> Value,
     read: fn(&str, bool) -> Seen,
 }
@@ -117,6 +119,47 @@ fn openai_read(body: &str, stream: bool, content: fn(&Value) -> Option<&str>) ->
     }
     seen
 }
+
+fn tgi_request(_stream: bool) -> Value {
+    json!({"inputs": PROMPT,
+           "parameters": {"max_new_tokens": MAX, "details": true, "do_sample": false}})
+}
+
+/// TGI's answer: one object with `details`, or a stream of one token per event, no
+/// terminator, the last event with `details`.
+fn tgi_read(body: &str, stream: bool) -> Seen {
+    if !stream {
+        let v: Value = serde_json::from_str(body).unwrap();
+        return Seen {
+            text: v["generated_text"].as_str().unwrap().to_string(),
+            tokens: v["details"]["generated_tokens"].as_u64().unwrap(),
+            finish: v["details"]["finish_reason"].as_str().unwrap().to_string(),
+        };
+    }
+    assert!(
+        body.starts_with("data:{"),
+        "TGI events have no space: {body:.40}"
+    );
+    let events = sse_events(body);
+    assert!(!events.contains(&json!("[DONE]")), "TGI sends no [DONE]");
+    let text = events
+        .iter()
+        .filter(|e| e["token"]["special"] != json!(true))
+        .map(|e| e["token"]["text"].as_str().unwrap())
+        .collect();
+    let last = events.last().unwrap();
+    assert_eq!(last["generated_text"], json!(text), "final generated_text");
+    Seen {
+        text,
+        tokens: last["details"]["generated_tokens"].as_u64().unwrap(),
+        finish: last["details"]["finish_reason"]
+            .as_str()
+            .unwrap()
+            .to_string(),
+    }
+}
+
+const BOTH: &[bool] = &[false, true];
 
 fn anthropic_request(stream: bool) -> Value {
     // `ignore_eos` is lingo's extension of the Messages API (fixed output lengths).
@@ -325,18 +368,21 @@ const ROWS: &[Row] = &[
     Row {
         name: "sglang",
         path: "/generate",
+        streams: BOTH,
         request: sglang_request,
         read: sglang_read,
     },
     Row {
         name: "openai-completions",
         path: "/v1/completions",
+        streams: BOTH,
         request: completions_request,
         read: |b, s| openai_read(b, s, |c| c["text"].as_str()),
     },
     Row {
         name: "openai-chat",
         path: "/v1/chat/completions",
+        streams: BOTH,
         request: chat_request,
         read: |b, s| {
             openai_read(b, s, |c| {
@@ -346,33 +392,53 @@ const ROWS: &[Row] = &[
             })
         },
     },
+    // TGI's non-stream `/generate` shares SGLang's path: the router tells them apart by body.
+    Row {
+        name: "tgi",
+        path: "/generate",
+        streams: &[false],
+        request: tgi_request,
+        read: tgi_read,
+    },
+    Row {
+        name: "tgi-stream",
+        path: "/generate_stream",
+        streams: &[true],
+        request: tgi_request,
+        read: tgi_read,
+    },
     Row {
         name: "anthropic",
         path: "/v1/messages",
+        streams: BOTH,
         request: anthropic_request,
         read: anthropic_read,
     },
     Row {
         name: "vllm-legacy",
         path: "/generate",
+        streams: BOTH,
         request: vllm_legacy_request,
         read: vllm_legacy_read,
     },
     Row {
         name: "llamacpp",
         path: "/completion",
+        streams: BOTH,
         request: llamacpp_request,
         read: llamacpp_read,
     },
     Row {
         name: "ollama-generate",
         path: "/api/generate",
+        streams: BOTH,
         request: ollama_generate_request,
         read: ollama_read,
     },
     Row {
         name: "ollama-chat",
         path: "/api/chat",
+        streams: BOTH,
         request: ollama_chat_request,
         read: ollama_read,
     },
@@ -405,8 +471,21 @@ fn refused_by(kind: MockKind) -> &'static [&'static str] {
     }
 }
 
-/// The text the mock generates for PROMPT, asked directly on its completions route.
+/// The text the mock generates for PROMPT, asked directly on its completions route (its
+/// native one for TGI and Ollama).
 async fn direct_text(mock: &Mock, kind: MockKind) -> String {
+    if kind == MockKind::Tgi {
+        let v: Value = client()
+            .post(format!("{}/generate", mock.url()))
+            .json(&tgi_request(false))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        return v["generated_text"].as_str().unwrap().to_string();
+    }
     if kind == MockKind::Ollama {
         let v: Value = client()
             .post(format!("{}/api/generate", mock.url()))
@@ -437,7 +516,16 @@ async fn run_matrix(kind: MockKind) {
     let expected_text = direct_text(&mock, kind).await;
     let mut requests = 1;
     for row in ROWS {
-        for stream in [false, true] {
+        // Refused by design, with a message naming the field: TGI's `details` needs logprobs,
+        // which lingo does not ask of Ollama; llama.cpp's default `min_p` has no TGI
+        // equivalent.
+        if matches!(
+            (kind, row.name),
+            (MockKind::Ollama, "tgi" | "tgi-stream") | (MockKind::Tgi, "llamacpp")
+        ) {
+            continue;
+        }
+        for &stream in row.streams {
             let what = format!("{} via {:?}, stream={stream}", row.name, kind);
             let mut request = (row.request)(stream);
             for field in refused_by(kind) {
@@ -458,14 +546,20 @@ async fn run_matrix(kind: MockKind) {
                 );
                 request = without(request, field);
             }
+            // TGI has no `ignore_eos` (lingo refuses it, see below); the matrix's outputs stop
+            // at MAX long before the mock's earliest EOS (16 tokens), so it runs without it.
+            if kind == MockKind::Tgi {
+                request = without(request, "ignore_eos");
+            }
             let resp = client()
                 .post(format!("{base}{}", row.path))
                 .json(&request)
                 .send()
                 .await
                 .unwrap();
-            assert_eq!(resp.status(), 200, "{what}");
+            let status = resp.status();
             let body = resp.text().await.unwrap();
+            assert_eq!(status, 200, "{what}: {body}");
             let seen = (row.read)(&body, stream);
             requests += 1;
             assert_eq!(seen.tokens, MAX, "{what}: token count");
@@ -495,6 +589,74 @@ async fn every_dialect_against_vllm() {
 #[tokio::test]
 async fn every_dialect_against_sglang() {
     run_matrix(MockKind::Sglang).await;
+}
+
+#[tokio::test]
+async fn every_dialect_against_tgi() {
+    run_matrix(MockKind::Tgi).await;
+}
+
+/// What TGI cannot do is refused with a 400 naming the field, before anything reaches it.
+#[tokio::test]
+async fn untranslatable_requests_to_tgi_are_refused() {
+    let mock = mock(MockKind::Tgi).await;
+    let base = lingo(config_for(&mock.url(), lingo::upstream::KindSetting::Tgi)).await;
+    let cases = [
+        (
+            "/generate",
+            sglang_request(false),
+            "sampling_params.ignore_eos",
+        ),
+        ("/v1/completions", completions_request(true), "ignore_eos"),
+        (
+            "/generate",
+            json!({"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 2}}),
+            "input_ids",
+        ),
+        (
+            "/v1/completions",
+            json!({"model": "mock-model", "prompt": PROMPT, "n": 2}),
+            "n",
+        ),
+    ];
+    for (path, body, field) in cases {
+        let resp = client()
+            .post(format!("{base}{path}"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 400, "{path} {body}");
+        let text = resp.text().await.unwrap();
+        assert!(
+            text.contains(field),
+            "{path}: the error names {field}: {text}"
+        );
+    }
+    assert_eq!(mock.state.stats().requests, 0, "nothing reached TGI");
+}
+
+#[tokio::test]
+async fn auto_detects_tgi_by_its_info() {
+    let mock = mock(MockKind::Tgi).await;
+    let base = lingo(config_for(&mock.url(), lingo::upstream::KindSetting::Auto)).await;
+    let body = client()
+        .post(format!("{base}/generate_stream"))
+        .json(&tgi_request(true))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(tgi_read(&body, true).tokens, MAX);
+    let info: Value = get_json(&format!("{base}/get_server_info")).await;
+    assert_eq!(info["lingo"]["upstream_kind"], "tgi");
+    let info: Value = get_json(&format!("{base}/info")).await;
+    assert_eq!(
+        info["router"], "text-generation-router",
+        "forwarded from TGI"
+    );
 }
 
 #[tokio::test]

@@ -1,8 +1,10 @@
 //! Data-driven translation fixtures: one JSON file per case under `tests/fixtures/<client
 //! dialect>/`. Each names the client and upstream dialects and holds any of: the client's
 //! request and the upstream request lingo must produce (or the error it must give); an
-//! upstream response and the client response; upstream stream events and the client's
-//! stream events. Adding a case is adding a file; leave an expected part `null` and run with
+//! upstream response (with `upstream_headers`) and the client response (with
+//! `response_headers`); upstream stream events and the client's stream events.
+//! `route_stream` marks a request whose route asks for the stream (TGI's `/generate_stream`).
+//! Adding a case is adding a file; leave an expected part `null` and run with
 //! `UPDATE_FIXTURES=1` to have it written from lingo's output, then review the diff.
 
 #![allow(clippy::unwrap_used)] // a panic in a test is a failed test
@@ -82,7 +84,7 @@ fn check(path: &Path) {
             .expect_err("expected an error");
         let shown = client.field_name(e.param().unwrap_or(""));
         assert_eq!(
-            e.status().as_u16(),
+            client.error_status(&e).as_u16(),
             err["status"].as_u64().unwrap() as u16,
             "{e}"
         );
@@ -94,6 +96,10 @@ fn check(path: &Path) {
         return;
     }
     let mut req = decoded.unwrap_or_else(|e| panic!("decode: {e}"));
+    // The route asks for the stream (TGI's `/generate_stream`).
+    if case.get("route_stream") == Some(&Value::Bool(true)) {
+        req.stream = true;
+    }
     req.model = Some(
         case.get("model")
             .and_then(Value::as_str)
@@ -108,11 +114,29 @@ fn check(path: &Path) {
         let mut resp = upstream
             .decode_response(&serde_json::to_vec(up).unwrap())
             .unwrap();
+        if let Some(h) = case.get("upstream_headers").and_then(Value::as_object) {
+            let mut headers = http::HeaderMap::new();
+            for (k, v) in h {
+                let name = http::HeaderName::from_bytes(k.as_bytes()).unwrap();
+                headers.insert(name, v.as_str().unwrap().parse().unwrap());
+            }
+            if let Some(u) = upstream.usage_from_headers(&headers) {
+                resp.usage = Some(u);
+            }
+        }
         resp.fill_usage(req.sampling.n);
         let ctx = ctx_for(&case, &req);
         let mut got: Value = serde_json::from_slice(&client.encode_response(&resp, &ctx)).unwrap();
         strip(&mut got);
         expect(path, "response", &got, &case["response"]);
+        if let Some(expected) = case.get("response_headers") {
+            let got: serde_json::Map<String, Value> = client
+                .response_headers(&resp)
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), Value::String(v.to_str().unwrap().into())))
+                .collect();
+            expect(path, "response_headers", &Value::Object(got), expected);
+        }
     }
     if let Some(events) = case.get("upstream_stream") {
         let got = run_stream(client, upstream, &req, &case, events);

@@ -302,7 +302,8 @@ mod tests {
 
     #[test]
     fn bodies_come_from_the_dialect_encoders() {
-        for d in Dialect::ALL {
+        // TGI takes neither token prompts nor ignore_eos: the bench cannot drive it exactly.
+        for d in Dialect::ALL.into_iter().filter(|d| *d != Dialect::Tgi) {
             let w = workload(d, random(Span::fixed(100), Span::fixed(7)));
             let body = w.item(0, 5).unwrap().body;
             let v: Value = serde_json::from_slice(&body).unwrap();

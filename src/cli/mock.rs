@@ -13,7 +13,7 @@ pub struct MockArgs {
     /// Address to listen on.
     #[arg(long, env = "LINGO_MOCK_LISTEN", default_value = "127.0.0.1:8000")]
     pub listen: SocketAddr,
-    /// Which server to imitate: vllm, sglang, llamacpp or ollama.
+    /// Which server to imitate: vllm, sglang, tgi, llamacpp or ollama.
     #[arg(long, env = "LINGO_MOCK_KIND", default_value = "vllm")]
     pub kind: MockKind,
     /// Served model name.

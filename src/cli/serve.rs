@@ -20,7 +20,7 @@ pub struct ServeArgs {
     /// Base URL of the inference server [default: http://127.0.0.1:8000].
     #[arg(long, env = "LINGO_UPSTREAM")]
     pub upstream: Option<String>,
-    /// Upstream kind: auto (probe at start), vllm or sglang [default: auto].
+    /// Upstream kind: auto (probe at start), vllm, sglang, tgi, llamacpp or ollama [default: auto].
     #[arg(long, env = "LINGO_UPSTREAM_KIND")]
     pub upstream_kind: Option<KindSetting>,
     /// The upstream's name in metric labels [default: default].

@@ -94,8 +94,8 @@ impl Default for Config {
 pub struct UpstreamConfig {
     /// Base URL of the inference server. Default `http://127.0.0.1:8000` (vLLM's default).
     pub url: String,
-    /// `auto` (probe the server at start), `vllm`, `sglang`, `llamacpp` or `ollama`. Default
-    /// `auto`.
+    /// `auto` (probe the server at start), `vllm`, `sglang`, `tgi`, `llamacpp` or `ollama`.
+    /// Default `auto`.
     pub kind: KindSetting,
     /// The upstream's name in metrics labels. Default `default`.
     pub name: String,

@@ -22,8 +22,13 @@ pub struct Ctx {
     pub logprob_text: bool,
     /// The client asked for usage in the stream.
     pub stream_usage: bool,
-    /// Each prompt's text, when the client wants it in front of the outputs (`Request::echo`).
+    /// TGI `details`: per-token details and the finish reason with the result.
+    pub details: bool,
+    /// Each prompt's text, when the client wants it in front of the outputs (`Request::echo`;
+    /// TGI `return_full_text` uses the first).
     pub echo: Vec<String>,
+    /// The seed the client asked for (TGI reports it back).
+    pub seed: Option<u64>,
 }
 
 impl Ctx {
@@ -39,10 +44,12 @@ impl Ctx {
             logprobs: req.logprobs,
             logprob_text: req.logprob_text,
             stream_usage: req.stream_usage,
+            details: req.details,
             echo: match (&req.prompt, req.echo) {
                 (Prompt::Text(texts), true) => texts.clone(),
                 _ => Vec::new(),
             },
+            seed: req.sampling.seed,
         }
     }
 

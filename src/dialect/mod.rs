@@ -10,6 +10,7 @@ pub mod llamacpp;
 pub mod ollama;
 pub mod openai;
 pub mod sglang;
+pub mod tgi;
 pub mod vllm_legacy;
 
 pub mod ctx;
@@ -32,6 +33,8 @@ pub enum Dialect {
     OpenaiCompletions,
     /// OpenAI `POST /v1/chat/completions`.
     OpenaiChat,
+    /// Hugging Face TGI's native `POST /generate` and `POST /generate_stream`.
+    Tgi,
     /// Anthropic Messages `POST /v1/messages`.
     Anthropic,
     /// vLLM's legacy demo server `POST /generate` (`{"prompt": ...}` bodies).
@@ -45,10 +48,11 @@ pub enum Dialect {
 }
 
 impl Dialect {
-    pub const ALL: [Dialect; 8] = [
+    pub const ALL: [Dialect; 9] = [
         Dialect::Sglang,
         Dialect::OpenaiCompletions,
         Dialect::OpenaiChat,
+        Dialect::Tgi,
         Dialect::Anthropic,
         Dialect::VllmLegacy,
         Dialect::Llamacpp,
@@ -62,6 +66,7 @@ impl Dialect {
             Dialect::Sglang => "sglang",
             Dialect::OpenaiCompletions => "openai-completions",
             Dialect::OpenaiChat => "openai-chat",
+            Dialect::Tgi => "tgi",
             Dialect::Anthropic => "anthropic",
             Dialect::VllmLegacy => "vllm-legacy",
             Dialect::Llamacpp => "llamacpp",
@@ -77,7 +82,7 @@ impl Dialect {
     /// The path this dialect's generation endpoint lives on.
     pub fn path(self) -> &'static str {
         match self {
-            Dialect::Sglang => "/generate",
+            Dialect::Sglang | Dialect::Tgi => "/generate",
             Dialect::OpenaiCompletions => "/v1/completions",
             Dialect::OpenaiChat => "/v1/chat/completions",
             Dialect::Anthropic => "/v1/messages",
@@ -90,8 +95,11 @@ impl Dialect {
 
     /// The path a request goes to on an upstream of this dialect (TGI streams on its own
     /// route).
-    pub fn request_path(self, _stream: bool) -> &'static str {
-        self.path()
+    pub fn request_path(self, stream: bool) -> &'static str {
+        match (self, stream) {
+            (Dialect::Tgi, true) => "/generate_stream",
+            _ => self.path(),
+        }
     }
 
     pub fn framing(self) -> Framing {
@@ -140,6 +148,8 @@ impl Dialect {
             (Dialect::OpenaiChat, false) => Dialect::OpenaiCompletions,
             (Dialect::OllamaGenerate, true) => Dialect::OllamaChat,
             (Dialect::OllamaChat, false) => Dialect::OllamaGenerate,
+            // SGLang's and TGI's native endpoints take raw prompts only.
+            (Dialect::Sglang | Dialect::Tgi, true) => Dialect::OpenaiChat,
             (d, _) => d,
         }
     }
@@ -152,6 +162,7 @@ impl Dialect {
             Dialect::Sglang => sglang::request::decode(body),
             Dialect::OpenaiCompletions => openai::completions::decode_request(body),
             Dialect::OpenaiChat => openai::chat::decode_request(body),
+            Dialect::Tgi => tgi::request::decode(body),
             Dialect::Anthropic => anthropic::decode_request(body),
             Dialect::VllmLegacy => vllm_legacy::decode_request(body),
             Dialect::Llamacpp => llamacpp::request::decode(body),
@@ -166,6 +177,7 @@ impl Dialect {
             Dialect::Sglang => sglang::response::encode(resp, ctx),
             Dialect::OpenaiCompletions => openai::completions::encode_response(resp, ctx),
             Dialect::OpenaiChat => openai::chat::encode_response(resp, ctx),
+            Dialect::Tgi => tgi::response::encode(resp, ctx),
             Dialect::Anthropic => anthropic::encode_response(resp, ctx),
             Dialect::VllmLegacy => vllm_legacy::encode_response(resp, ctx),
             Dialect::Llamacpp => llamacpp::response::encode(resp, ctx),
@@ -181,6 +193,7 @@ impl Dialect {
                 StreamEncoder::Completions(openai::completions::StreamEncoder::new(ctx))
             }
             Dialect::OpenaiChat => StreamEncoder::Chat(openai::chat::StreamEncoder::new(ctx)),
+            Dialect::Tgi => StreamEncoder::Tgi(tgi::stream::Encoder::new(ctx)),
             Dialect::Anthropic => StreamEncoder::Anthropic(anthropic::StreamEncoder::new(ctx)),
             Dialect::VllmLegacy => StreamEncoder::VllmLegacy(vllm_legacy::StreamEncoder::new(ctx)),
             Dialect::Llamacpp => {
@@ -200,6 +213,7 @@ impl Dialect {
         match self {
             Dialect::Sglang => sglang::error::encode(err),
             Dialect::OpenaiCompletions | Dialect::OpenaiChat => openai::error::encode(err),
+            Dialect::Tgi => tgi::error::encode(err),
             Dialect::Anthropic => anthropic::error::encode(err),
             Dialect::VllmLegacy => vllm_legacy::error::encode(err),
             Dialect::Llamacpp => llamacpp::error::encode(err),
@@ -218,11 +232,35 @@ impl Dialect {
             | Dialect::OllamaGenerate
             | Dialect::OllamaChat => err.status(),
             Dialect::Anthropic => anthropic::error::status(err),
+            Dialect::Tgi => tgi::error::status(err),
+        }
+    }
+
+    /// Whether a streaming request of this dialect gets its errors inside a 200 stream even
+    /// before any output (TGI's `/generate_stream` always answers 200).
+    pub fn stream_errors_in_band(self) -> bool {
+        matches!(self, Dialect::Tgi)
+    }
+
+    /// The in-band stream error of this dialect, with its terminator where it has one.
+    pub fn write_stream_error(self, err: &ProxyError, out: &mut bytes::BytesMut) {
+        match self {
+            Dialect::Sglang => sglang::error::write_stream_error(err, out),
+            Dialect::OpenaiCompletions | Dialect::OpenaiChat => {
+                openai::error::write_stream_error(err, out)
+            }
+            Dialect::Tgi => tgi::error::write_stream_error(err, out),
+            Dialect::Anthropic => anthropic::error::write_stream_error(err, out),
+            Dialect::VllmLegacy => vllm_legacy::error::write_stream_error(err, out),
+            Dialect::Llamacpp => llamacpp::error::write_stream_error(err, out),
+            Dialect::OllamaGenerate | Dialect::OllamaChat => {
+                ollama::error::write_stream_error(err, out)
+            }
         }
     }
 
     /// Headers a whole response carries in this dialect (TGI's `x-prompt-tokens`, ...).
-    pub fn response_headers(self, _resp: &Response) -> Vec<(http::HeaderName, http::HeaderValue)> {
+    pub fn response_headers(self, resp: &Response) -> Vec<(http::HeaderName, http::HeaderValue)> {
         match self {
             Dialect::Sglang
             | Dialect::OpenaiCompletions
@@ -232,6 +270,7 @@ impl Dialect {
             | Dialect::Llamacpp
             | Dialect::OllamaGenerate
             | Dialect::OllamaChat => Vec::new(),
+            Dialect::Tgi => tgi::response::headers(resp),
         }
     }
 
@@ -239,7 +278,11 @@ impl Dialect {
     pub fn field_name(self, canonical: &str) -> String {
         match self {
             Dialect::Sglang => sglang::request::field_name(canonical),
-            Dialect::OpenaiCompletions | Dialect::OpenaiChat => canonical.to_string(),
+            Dialect::OpenaiCompletions | Dialect::OpenaiChat => match canonical {
+                "input_ids" => "prompt".to_string(),
+                other => other.to_string(),
+            },
+            Dialect::Tgi => tgi::request::field_name(canonical),
             Dialect::Anthropic => anthropic::field_name(canonical),
             Dialect::VllmLegacy => vllm_legacy::field_name(canonical),
             Dialect::Llamacpp => llamacpp::request::field_name(canonical),
@@ -256,6 +299,7 @@ impl Dialect {
             Dialect::Sglang => sglang::request::encode(req),
             Dialect::OpenaiCompletions => openai::completions::encode_request(req),
             Dialect::OpenaiChat => openai::chat::encode_request(req),
+            Dialect::Tgi => tgi::request::encode(req),
             Dialect::Anthropic => anthropic::encode_request(req),
             Dialect::VllmLegacy => vllm_legacy::encode_request(req),
             Dialect::Llamacpp => llamacpp::request::encode(req),
@@ -270,6 +314,7 @@ impl Dialect {
             Dialect::Sglang => sglang::response::decode(body),
             Dialect::OpenaiCompletions => openai::completions::decode_response(body),
             Dialect::OpenaiChat => openai::chat::decode_response(body),
+            Dialect::Tgi => tgi::response::decode(body),
             Dialect::Anthropic => anthropic::decode_response(body),
             Dialect::VllmLegacy => vllm_legacy::decode_response(body),
             Dialect::Llamacpp => llamacpp::response::decode(body),
@@ -279,7 +324,7 @@ impl Dialect {
 
     /// Token counts an upstream of this dialect puts in response headers (TGI's
     /// `x-prompt-tokens` / `x-generated-tokens`), to complete what the body says.
-    pub fn usage_from_headers(self, _headers: &http::HeaderMap) -> Option<crate::model::Usage> {
+    pub fn usage_from_headers(self, headers: &http::HeaderMap) -> Option<crate::model::Usage> {
         match self {
             Dialect::Sglang
             | Dialect::OpenaiCompletions
@@ -289,6 +334,7 @@ impl Dialect {
             | Dialect::Llamacpp
             | Dialect::OllamaGenerate
             | Dialect::OllamaChat => None,
+            Dialect::Tgi => tgi::response::usage_from_headers(headers),
         }
     }
 
@@ -298,6 +344,7 @@ impl Dialect {
             Dialect::OpenaiCompletions | Dialect::OpenaiChat => {
                 StreamDecoder::Openai(openai::stream::Decoder::new(self.is_chat()))
             }
+            Dialect::Tgi => StreamDecoder::Tgi(tgi::stream::Decoder),
             Dialect::Anthropic => StreamDecoder::Anthropic(anthropic::Decoder::default()),
             Dialect::VllmLegacy => StreamDecoder::VllmLegacy(vllm_legacy::Decoder::default()),
             Dialect::Llamacpp => StreamDecoder::Llamacpp(llamacpp::stream::Decoder),
@@ -311,6 +358,16 @@ impl Dialect {
     pub fn decode_error(self, body: &[u8]) -> String {
         error_message(body)
     }
+}
+
+/// For `deserialize_with`: tell an explicit `null` (`Some(None)`) from an absent key (`None`,
+/// with `#[serde(default)]`).
+pub(crate) fn present<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::Deserialize<'de>,
+{
+    <Option<T> as serde::Deserialize>::deserialize(d).map(Some)
 }
 
 /// The top-level keys that tell `POST /generate` dialects apart.

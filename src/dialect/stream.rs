@@ -2,7 +2,7 @@
 
 use bytes::BytesMut;
 
-use super::{anthropic, llamacpp, ollama, openai, sglang, vllm_legacy};
+use super::{anthropic, llamacpp, ollama, openai, sglang, tgi, vllm_legacy};
 use crate::error::ProxyError;
 use crate::model::Event;
 use crate::stream::framing::Frame;
@@ -12,6 +12,7 @@ pub enum StreamEncoder {
     Sglang(sglang::stream::Encoder),
     Completions(openai::completions::StreamEncoder),
     Chat(openai::chat::StreamEncoder),
+    Tgi(tgi::stream::Encoder),
     Anthropic(anthropic::StreamEncoder),
     VllmLegacy(vllm_legacy::StreamEncoder),
     // Boxed: they keep a whole choice or finish, and `Output` holds an encoder inline.
@@ -26,6 +27,7 @@ impl StreamEncoder {
             StreamEncoder::Sglang(e) => e.events(events, out),
             StreamEncoder::Completions(e) => e.events(events, out),
             StreamEncoder::Chat(e) => e.events(events, out),
+            StreamEncoder::Tgi(e) => e.events(events, out),
             StreamEncoder::Anthropic(e) => e.events(events, out),
             StreamEncoder::VllmLegacy(e) => e.events(events, out),
             StreamEncoder::Llamacpp(e) => e.events(events, out),
@@ -39,6 +41,7 @@ impl StreamEncoder {
             StreamEncoder::Sglang(e) => e.end(out),
             StreamEncoder::Completions(e) => e.end(out),
             StreamEncoder::Chat(e) => e.end(out),
+            StreamEncoder::Tgi(e) => e.end(out),
             StreamEncoder::Anthropic(e) => e.end(out),
             StreamEncoder::VllmLegacy(e) => e.end(out),
             StreamEncoder::Llamacpp(e) => e.end(out),
@@ -53,6 +56,7 @@ impl StreamEncoder {
             StreamEncoder::Completions(_) | StreamEncoder::Chat(_) => {
                 openai::error::write_stream_error(err, out)
             }
+            StreamEncoder::Tgi(_) => tgi::error::write_stream_error(err, out),
             StreamEncoder::Anthropic(e) => e.error(err, out),
             StreamEncoder::VllmLegacy(e) => e.error(err, out),
             StreamEncoder::Llamacpp(e) => e.error(err, out),
@@ -65,6 +69,7 @@ impl StreamEncoder {
 pub enum StreamDecoder {
     Sglang(sglang::stream::Decoder),
     Openai(openai::stream::Decoder),
+    Tgi(tgi::stream::Decoder),
     Anthropic(anthropic::Decoder),
     VllmLegacy(vllm_legacy::Decoder),
     Llamacpp(llamacpp::stream::Decoder),
@@ -76,6 +81,7 @@ impl StreamDecoder {
         match self {
             StreamDecoder::Sglang(d) => d.frame(frame, out),
             StreamDecoder::Openai(d) => d.frame(frame, out),
+            StreamDecoder::Tgi(d) => d.frame(frame, out),
             StreamDecoder::Anthropic(d) => d.frame(frame, out),
             StreamDecoder::VllmLegacy(d) => d.frame(frame, out),
             StreamDecoder::Llamacpp(d) => d.frame(frame, out),
@@ -92,7 +98,8 @@ impl StreamDecoder {
             | StreamDecoder::Openai(_)
             | StreamDecoder::Anthropic(_)
             | StreamDecoder::Llamacpp(_)
-            | StreamDecoder::Ollama(_) => {}
+            | StreamDecoder::Ollama(_)
+            | StreamDecoder::Tgi(_) => {}
         }
     }
 }

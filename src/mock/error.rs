@@ -16,6 +16,8 @@ pub(crate) enum ErrorShape {
     Flat,
     /// SGLang `/generate` generation errors: `{"error":{"message"}}`.
     Generate,
+    /// TGI, every route: `{"error":"...","error_type":"validation"|...}`.
+    Tgi,
 }
 
 impl ErrorShape {
@@ -25,6 +27,7 @@ impl ErrorShape {
             // llama.cpp and Ollama answer their OpenAI-style routes in their own modules.
             MockKind::Vllm | MockKind::Llamacpp | MockKind::Ollama => ErrorShape::Nested,
             MockKind::Sglang => ErrorShape::Flat,
+            MockKind::Tgi => ErrorShape::Tgi,
         }
     }
 }
@@ -59,6 +62,26 @@ impl ApiError {
         ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, message)
     }
 
+    /// TGI's validation error.
+    pub fn unprocessable(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, message)
+    }
+
+    /// TGI's generation error.
+    pub fn failed_dependency(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::FAILED_DEPENDENCY, message)
+    }
+
+    /// TGI's `error_type` for this status.
+    pub fn tgi_type(&self) -> &'static str {
+        match self.status {
+            StatusCode::UNPROCESSABLE_ENTITY => "validation",
+            StatusCode::TOO_MANY_REQUESTS => "overloaded",
+            StatusCode::FAILED_DEPENDENCY => "generation",
+            _ => "incomplete_generation",
+        }
+    }
+
     fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
         ApiError {
             status,
@@ -85,6 +108,7 @@ impl ApiError {
             ErrorShape::Flat => json!({
                 "object": "error", "message": message, "type": kind, "param": null, "code": code}),
             ErrorShape::Generate => json!({"error": {"message": message}}),
+            ErrorShape::Tgi => json!({"error": message, "error_type": self.tgi_type()}),
         }
     }
 
@@ -102,5 +126,6 @@ pub(crate) fn stream_error(shape: ErrorShape, message: &str) -> Value {
         ErrorShape::Flat => json!({"error": {"object": "error", "message": message,
             "type": "InternalServerError", "param": null, "code": 500}}),
         ErrorShape::Generate => json!({"error": {"message": message}}),
+        ErrorShape::Tgi => json!({"error": message, "error_type": "generation"}),
     }
 }

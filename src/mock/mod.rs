@@ -1,19 +1,22 @@
 //! The simulated inference server (`lingo mock`): a deterministic stand-in for vLLM, SGLang,
-//! llama.cpp's llama-server and Ollama.
+//! TGI, llama.cpp's llama-server and Ollama.
 //!
 //! The mock speaks the servers' wire formats as the project's wire reference (`dialects.md`,
-//! sections 0-2 and 8) describes them, and shares no code with lingo's own dialect modules, so
+//! sections 0-3 and 8) describes them, and shares no code with lingo's own dialect modules, so
 //! a bug in lingo's encoders cannot hide behind the same bug in the mock. Output is a pure
 //! function of the prompt (see `vocab`, `prompt` and `generate`): tests can predict every token,
 //! and counts are exact.
 //!
-//! Module map: `routes` (router, controls) -> `openai` / `sglang` (parse, validate, encode) ->
-//! `generate` (whole sequences up front) -> `driver` (timing, hold, injected failures) -> `sse`.
+//! Module map: `routes` (router, controls) -> `openai` / `sglang` / `tgi` (parse, validate,
+//! encode) -> `generate` (whole sequences up front) -> `driver` (timing, hold, injected
+//! failures) -> `sse`.
 //! `state` holds the counters; a `RequestGuard` dropped unfinished counts an abort.
 //!
 //! Known simplifications: one model, no LoRA, no tool calls or reasoning output, no prompt
 //! logprobs for `echo`; SGLang's extra prefix-caching request for `n > 1`, per-request
-//! `stream_interval` and `/v1/models/{id}` are not simulated.
+//! `stream_interval` and `/v1/models/{id}` are not simulated; TGI's `/v1/completions`, `/`,
+//! `/tokenize`, `best_of > 1`, grammars and tools are not either (TGI's `best_of` is capped at
+//! 1, its default).
 
 mod driver;
 mod error;
@@ -26,6 +29,7 @@ mod routes;
 mod sglang;
 mod sse;
 mod state;
+mod tgi;
 mod tokenize;
 mod vocab;
 
@@ -40,6 +44,7 @@ pub use state::MockState;
 pub enum MockKind {
     Vllm,
     Sglang,
+    Tgi,
     /// llama.cpp's `llama-server`.
     Llamacpp,
     Ollama,
@@ -50,6 +55,7 @@ impl MockKind {
         match self {
             MockKind::Vllm => "vllm",
             MockKind::Sglang => "sglang",
+            MockKind::Tgi => "tgi",
             MockKind::Llamacpp => "llamacpp",
             MockKind::Ollama => "ollama",
         }
@@ -63,10 +69,11 @@ impl FromStr for MockKind {
         match s {
             "vllm" => Ok(MockKind::Vllm),
             "sglang" => Ok(MockKind::Sglang),
+            "tgi" => Ok(MockKind::Tgi),
             "llamacpp" => Ok(MockKind::Llamacpp),
             "ollama" => Ok(MockKind::Ollama),
             other => Err(format!(
-                "unknown mock kind `{other}` (expected vllm, sglang, llamacpp or ollama)"
+                "unknown mock kind `{other}` (expected vllm, sglang, tgi, llamacpp or ollama)"
             )),
         }
     }

@@ -12,7 +12,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::state::MockState;
-use super::{llamacpp, ollama, openai, sglang, tokenize, FailMode, MockKind};
+use super::{llamacpp, ollama, openai, sglang, tgi, tokenize, FailMode, MockKind};
 
 /// Long batched prompts exceed axum's 2 MiB default.
 const BODY_LIMIT: usize = 64 << 20;
@@ -21,7 +21,8 @@ const VLLM_VERSION: &str = "0.11.0";
 
 /// The mock's routes for `state.config.kind`.
 pub fn router(state: Arc<MockState>) -> Router {
-    // vLLM and SGLang share the OpenAI routes; llama.cpp and Ollama answer in their own shapes.
+    // vLLM and SGLang share the OpenAI routes; TGI, llama.cpp and Ollama answer in their own
+    // shapes.
     let openai_routes = || {
         Router::new()
             .route("/health", get(()))
@@ -58,6 +59,13 @@ pub fn router(state: Arc<MockState>) -> Router {
             .route("/v1/detokenize", post(tokenize::detokenize))
             .route("/tokenize", post(tokenize::tokenize))
             .route("/detokenize", post(tokenize::detokenize)),
+        MockKind::Tgi => Router::new()
+            .route("/health", get(()))
+            .route("/v1/models", get(models))
+            .route("/generate", post(tgi::generate))
+            .route("/generate_stream", post(tgi::generate_stream))
+            .route("/info", get(tgi::info))
+            .route("/v1/chat/completions", post(tgi::chat)),
         MockKind::Llamacpp => llamacpp::routes(),
         MockKind::Ollama => ollama::routes(),
     };
@@ -69,6 +77,12 @@ pub fn router(state: Arc<MockState>) -> Router {
 
 async fn models(State(state): State<Arc<MockState>>) -> Json<Value> {
     let cfg = &state.config;
+    if cfg.kind == MockKind::Tgi {
+        // TGI lists its one model, owned by itself, created at 0 (dialects.md 3.5).
+        let m = state.model();
+        return Json(json!({"object": "list", "data": [
+            {"id": m, "object": "model", "created": 0, "owned_by": m}]}));
+    }
     let mut card = json!({
         "id": state.model(), "object": "model", "created": state.started,
         "owned_by": cfg.kind.as_str(), "root": state.model(), "parent": null,

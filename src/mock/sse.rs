@@ -26,6 +26,15 @@ pub(crate) fn sse_event<T: Serialize>(out: &mut Vec<u8>, value: &T) {
     out.extend_from_slice(b"\n\n");
 }
 
+/// Appends one `data:{json}\n\n` event, without the space, as TGI (axum's SSE) writes them.
+pub(crate) fn sse_data<T: Serialize>(out: &mut Vec<u8>, value: &T) {
+    out.extend_from_slice(b"data:");
+    if let Err(err) = serde_json::to_writer(&mut *out, value) {
+        tracing::error!(%err, "mock: cannot encode a stream event");
+    }
+    out.extend_from_slice(b"\n\n");
+}
+
 pub(crate) fn sse_done(out: &mut Vec<u8>) {
     out.extend_from_slice(b"data: [DONE]\n\n");
 }

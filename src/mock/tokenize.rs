@@ -114,7 +114,7 @@ fn tokenized(state: &MockState, req: TokenizeRequest) -> Result<Value, ApiError>
             json!({"count": prompt.len(), "max_model_len": cfg.max_model_len,
                    "tokens": prompt.ids, "token_strs": strs})
         }
-        MockKind::Sglang => {
+        MockKind::Sglang | MockKind::Tgi => {
             json!({"tokens": prompt.ids, "count": prompt.len(), "max_model_len": cfg.max_model_len})
         }
     })

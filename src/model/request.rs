@@ -115,8 +115,11 @@ pub struct Request {
     /// Fill token text into logprob entries (SGLang `return_text_in_logprobs`).
     pub logprob_text: bool,
     /// The client wants each prompt's text in front of its outputs (vLLM's legacy server
-    /// always does this). The client's encoder adds it from `Ctx`; upstreams are never asked.
+    /// always does this; TGI `return_full_text`). The client's encoder adds it from `Ctx`;
+    /// upstreams are never asked.
     pub echo: bool,
+    /// Return per-token details with the result (TGI `details`).
+    pub details: bool,
     /// The last chat message is an assistant turn to continue rather than answer (Anthropic
     /// prefill; vLLM's `continue_final_message`).
     pub continue_final: bool,
@@ -140,6 +143,7 @@ impl Request {
             stream_usage: false,
             logprob_text: false,
             echo: false,
+            details: false,
             continue_final: false,
             extra: Map::new(),
         }

@@ -1,6 +1,6 @@
-//! The endpoints clients call around generation: health, model and server info, cache
-//! flushes, the model list, and `/metrics`. Forwarded where the upstream has them,
-//! answered by lingo where it does not.
+//! The endpoints clients call around generation: health, model and server info (SGLang's, and
+//! TGI's `/info`), cache flushes, the model list, and `/metrics`. Forwarded where the upstream
+//! has them, answered by lingo where it does not.
 
 use std::sync::Arc;
 
@@ -30,6 +30,7 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/server_info", get(server_info))
         .route("/flush_cache", get(flush_cache).post(flush_cache))
         .route("/v1/models", get(models))
+        .route("/info", get(info))
         .route("/metrics", get(metrics))
         .merge(super::aux_native::routes())
 }
@@ -102,7 +103,7 @@ async fn health(State(st): St) -> Response {
 async fn health_generate(State(st): St) -> Response {
     match kind(&st).await {
         Ok(Kind::Sglang) => forward(&st, Method::GET, "/health_generate").await,
-        Ok(Kind::Vllm | Kind::Llamacpp | Kind::Ollama) => health(State(st)).await,
+        Ok(Kind::Vllm | Kind::Tgi | Kind::Llamacpp | Kind::Ollama) => health(State(st)).await,
         Err(r) => r,
     }
 }
@@ -110,15 +111,17 @@ async fn health_generate(State(st): St) -> Response {
 async fn model_info(State(st): St, uri: Uri) -> Response {
     match kind(&st).await {
         Ok(Kind::Sglang) => forward(&st, Method::GET, uri.path()).await,
-        Ok(Kind::Vllm | Kind::Llamacpp | Kind::Ollama) => match st.default_model().await {
-            Ok(m) => axum::Json(json!({
-                "model_path": m, "tokenizer_path": m, "is_generation": true,
-                "preferred_sampling_params": null, "weight_version": "default",
-                "has_image_understanding": false, "has_audio_understanding": false,
-            }))
-            .into_response(),
-            Err(e) => upstream_error(&e),
-        },
+        Ok(Kind::Vllm | Kind::Tgi | Kind::Llamacpp | Kind::Ollama) => {
+            match st.default_model().await {
+                Ok(m) => axum::Json(json!({
+                    "model_path": m, "tokenizer_path": m, "is_generation": true,
+                    "preferred_sampling_params": null, "weight_version": "default",
+                    "has_image_understanding": false, "has_audio_understanding": false,
+                }))
+                .into_response(),
+                Err(e) => upstream_error(&e),
+            }
+        }
         Err(r) => r,
     }
 }
@@ -128,7 +131,7 @@ async fn model_info(State(st): St, uri: Uri) -> Response {
 async fn server_info(State(st): St, uri: Uri) -> Response {
     match kind(&st).await {
         Ok(Kind::Sglang) => forward(&st, Method::GET, uri.path()).await,
-        Ok(k @ (Kind::Vllm | Kind::Llamacpp | Kind::Ollama)) => {
+        Ok(k @ (Kind::Vllm | Kind::Tgi | Kind::Llamacpp | Kind::Ollama)) => {
             let model = st.default_model().await.unwrap_or_default();
             axum::Json(json!({
                 "model_path": model, "served_model_name": model,
@@ -146,11 +149,42 @@ async fn server_info(State(st): St, uri: Uri) -> Response {
 async fn flush_cache(State(st): St, method: Method) -> Response {
     match kind(&st).await {
         Ok(Kind::Sglang) => forward(&st, method, "/flush_cache").await,
-        Ok(Kind::Vllm | Kind::Llamacpp | Kind::Ollama) => {
+        Ok(Kind::Vllm | Kind::Tgi | Kind::Llamacpp | Kind::Ollama) => {
             (StatusCode::OK, "Cache flushed.\n").into_response()
         }
         Err(r) => r,
     }
+}
+
+/// TGI's `/info`: a TGI upstream's own; elsewhere what lingo knows, in TGI's shape (the
+/// context length from the model list when the upstream gives one).
+async fn info(State(st): St) -> Response {
+    let kind = match kind(&st).await {
+        Ok(Kind::Tgi) => return forward(&st, Method::GET, "/info").await,
+        Ok(k) => k,
+        Err(r) => return r,
+    };
+    let model = match st.default_model().await {
+        Ok(m) => m,
+        Err(e) => return upstream_error(&e),
+    };
+    let total = st
+        .models
+        .cards()
+        .into_iter()
+        .find(|c| c.id == model)
+        .and_then(|c| c.max_model_len);
+    axum::Json(json!({
+        "model_id": model, "model_sha": null, "model_pipeline_tag": "text-generation",
+        "max_concurrent_requests": 128, "max_best_of": 1,
+        "max_stop_sequences": crate::dialect::tgi::MAX_STOP_SEQUENCES,
+        "max_input_tokens": total.map(|t| t.saturating_sub(1)), "max_total_tokens": total,
+        "validation_workers": 1, "max_client_batch_size": 1,
+        "router": "lingo", "version": env!("CARGO_PKG_VERSION"), "sha": null,
+        "docker_label": null,
+        "lingo": {"upstream": st.client.base(), "upstream_kind": kind.label()},
+    }))
+    .into_response()
 }
 
 /// The upstream's list, plus one entry per configured alias.

@@ -38,6 +38,7 @@ pub fn app_with_metrics(config: Config, metrics: Arc<Metrics>) -> Router {
 pub fn router(state: Arc<AppState>) -> Router {
     let body_timeout = state.config.timeouts.client_body;
     let gen = |d: Dialect| move |s, h, b| generate::handle(s, d, h, b);
+    let gen_stream = |d: Dialect| move |s, h, b| generate::handle_stream(s, d, h, b);
     let routes = Router::new()
         // Shared by SGLang, TGI and vLLM's legacy server: the body decides.
         .route(
@@ -46,6 +47,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         )
         .route("/v1/completions", post(gen(Dialect::OpenaiCompletions)))
         .route("/v1/chat/completions", post(gen(Dialect::OpenaiChat)))
+        .route("/generate_stream", post(gen_stream(Dialect::Tgi)))
         .route("/v1/messages", post(gen(Dialect::Anthropic)))
         .route("/completion", post(gen(Dialect::Llamacpp)))
         .route("/completions", post(gen(Dialect::Llamacpp)))

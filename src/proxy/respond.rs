@@ -17,6 +17,8 @@ use crate::metrics::{Emit, Labels, MeteredBody, Outcome, RequestRecord, Summary}
 pub struct Arrival {
     pub started: Instant,
     pub request_id: Option<String>,
+    /// The route itself asks for a stream (TGI's `/generate_stream`).
+    pub stream: bool,
 }
 
 impl Arrival {
@@ -27,6 +29,7 @@ impl Arrival {
                 .get("x-request-id")
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_string),
+            stream: false,
         }
     }
 }
@@ -42,6 +45,7 @@ pub fn record(st: &AppState, dialect: Dialect, model: Option<&str>, at: &Arrival
     let mut rec = RequestRecord::new(labels, at.started);
     rec.request_id = at.request_id.clone();
     rec.model = model.map(str::to_string);
+    rec.stream = at.stream;
     rec
 }
 
@@ -98,6 +102,12 @@ pub fn error(st: &AppState, record: RequestRecord, dialect: Dialect, err: &Proxy
         error: Some((outcome, err.kind())),
         ..Summary::default()
     };
+    if record.stream && dialect.stream_errors_in_band() {
+        let mut out = bytes::BytesMut::new();
+        dialect.write_stream_error(err, &mut out);
+        let ct = HeaderValue::from_static(dialect.stream_content_type());
+        return full(st, record, StatusCode::OK, ct, out.freeze(), summary);
+    }
     let body = Bytes::from(dialect.error_body(err));
     full(st, record, dialect.error_status(err), json(), body, summary)
 }

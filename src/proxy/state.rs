@@ -7,7 +7,7 @@ use tokio::sync::RwLock;
 use crate::config::Config;
 use crate::error::ProxyError;
 use crate::metrics::Metrics;
-use crate::upstream::{detect_kind, Client, Kind, KindSetting, Models};
+use crate::upstream::{detect_kind, Client, Kind, Models};
 
 pub struct AppState {
     pub config: Config,
@@ -21,13 +21,7 @@ impl AppState {
     pub fn new(config: Config, metrics: Arc<Metrics>) -> AppState {
         let client = Client::new(&config.upstream.url, &config.timeouts);
         let models = Models::new(config.models.clone(), config.upstream.model.clone());
-        let kind = match config.upstream.kind {
-            KindSetting::Auto => None,
-            KindSetting::Vllm => Some(Kind::Vllm),
-            KindSetting::Sglang => Some(Kind::Sglang),
-            KindSetting::Llamacpp => Some(Kind::Llamacpp),
-            KindSetting::Ollama => Some(Kind::Ollama),
-        };
+        let kind = Kind::from_setting(config.upstream.kind);
         AppState {
             config,
             client,

@@ -20,7 +20,7 @@ use crate::model::{Event, Tally};
 /// What to send the client for each upstream chunk.
 pub enum Output {
     /// Translate: re-encode the events in the client's dialect.
-    Encode(StreamEncoder),
+    Encode(Box<StreamEncoder>),
     /// Passthrough: forward the upstream's bytes untouched.
     Raw,
     /// Passthrough, re-framed event by event: with `model` set back to the client's alias,

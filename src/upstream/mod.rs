@@ -19,6 +19,7 @@ pub enum KindSetting {
     Auto,
     Vllm,
     Sglang,
+    Tgi,
     Llamacpp,
     Ollama,
 }
@@ -30,10 +31,11 @@ impl std::str::FromStr for KindSetting {
             "auto" => Ok(KindSetting::Auto),
             "vllm" => Ok(KindSetting::Vllm),
             "sglang" => Ok(KindSetting::Sglang),
+            "tgi" => Ok(KindSetting::Tgi),
             "llamacpp" => Ok(KindSetting::Llamacpp),
             "ollama" => Ok(KindSetting::Ollama),
             other => Err(format!(
-                "unknown upstream kind `{other}` (auto, vllm, sglang, llamacpp, ollama)"
+                "unknown upstream kind `{other}` (auto, vllm, sglang, tgi, llamacpp, ollama)"
             )),
         }
     }
@@ -46,6 +48,8 @@ pub enum Kind {
     Vllm,
     /// SGLang: native `/generate` plus its OpenAI routes.
     Sglang,
+    /// Hugging Face TGI: native `/generate`, `/generate_stream` and its Messages API.
+    Tgi,
     /// llama.cpp's `llama-server`: native `/completion` plus its OpenAI routes.
     Llamacpp,
     /// Ollama: native `/api/generate` and `/api/chat` (its OpenAI routes are not used: the
@@ -58,6 +62,7 @@ impl Kind {
         match self {
             Kind::Vllm => "vllm",
             Kind::Sglang => "sglang",
+            Kind::Tgi => "tgi",
             Kind::Llamacpp => "llamacpp",
             Kind::Ollama => "ollama",
         }
@@ -71,6 +76,7 @@ impl Kind {
                 dialect,
                 Dialect::Sglang | Dialect::OpenaiCompletions | Dialect::OpenaiChat
             ),
+            Kind::Tgi => matches!(dialect, Dialect::Tgi | Dialect::OpenaiChat),
             Kind::Llamacpp => matches!(
                 dialect,
                 Dialect::Llamacpp | Dialect::OpenaiCompletions | Dialect::OpenaiChat
@@ -79,16 +85,33 @@ impl Kind {
         }
     }
 
-    /// Where a client dialect's request goes on this kind.
+    /// Where a client dialect's request goes on this kind: raw prompts to the kind's native
+    /// endpoint (vLLM's is completions), chats to its chat endpoint.
     pub fn route(self, client: Dialect) -> Route {
         if self.serves(client) {
             return Route::Passthrough;
         }
         let completions = match self {
             Kind::Ollama => Dialect::OllamaGenerate,
+            Kind::Tgi => Dialect::Tgi,
+            // TGI's raw prompts go to SGLang's native endpoint, which takes all of TGI's
+            // parameters.
+            Kind::Sglang if client == Dialect::Tgi => Dialect::Sglang,
             Kind::Vllm | Kind::Sglang | Kind::Llamacpp => Dialect::OpenaiCompletions,
         };
         Route::Translate(completions.for_prompt(client.is_chat()))
+    }
+
+    /// The kind a setting names (`None` for `auto`).
+    pub fn from_setting(setting: KindSetting) -> Option<Kind> {
+        match setting {
+            KindSetting::Auto => None,
+            KindSetting::Vllm => Some(Kind::Vllm),
+            KindSetting::Sglang => Some(Kind::Sglang),
+            KindSetting::Tgi => Some(Kind::Tgi),
+            KindSetting::Llamacpp => Some(Kind::Llamacpp),
+            KindSetting::Ollama => Some(Kind::Ollama),
+        }
     }
 }
 
@@ -113,6 +136,23 @@ mod tests {
         );
         assert_eq!(Kind::Sglang.route(Dialect::Sglang), Route::Passthrough);
         assert_eq!(Kind::Vllm.route(Dialect::OpenaiChat), Route::Passthrough);
+    }
+
+    #[test]
+    fn tgi_serves_its_own_endpoints_and_takes_raw_prompts_natively() {
+        assert_eq!(Kind::Tgi.route(Dialect::Tgi), Route::Passthrough);
+        assert_eq!(Kind::Tgi.route(Dialect::OpenaiChat), Route::Passthrough);
+        for client in [Dialect::Sglang, Dialect::OpenaiCompletions] {
+            assert_eq!(Kind::Tgi.route(client), Route::Translate(Dialect::Tgi));
+        }
+        assert_eq!(
+            Kind::Vllm.route(Dialect::Tgi),
+            Route::Translate(Dialect::OpenaiCompletions)
+        );
+        assert_eq!(
+            Kind::Sglang.route(Dialect::Tgi),
+            Route::Translate(Dialect::Sglang)
+        );
     }
 
     #[test]

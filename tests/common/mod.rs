@@ -61,6 +61,7 @@ pub fn kind_setting(kind: MockKind) -> KindSetting {
     match kind {
         MockKind::Vllm => KindSetting::Vllm,
         MockKind::Sglang => KindSetting::Sglang,
+        MockKind::Tgi => KindSetting::Tgi,
         MockKind::Llamacpp => KindSetting::Llamacpp,
         MockKind::Ollama => KindSetting::Ollama,
     }
@@ -70,6 +71,18 @@ pub fn client() -> reqwest::Client {
     reqwest::Client::builder()
         .timeout(Duration::from_secs(30))
         .build()
+        .unwrap()
+}
+
+/// GET a URL and read its JSON body.
+pub async fn get_json(url: &str) -> Value {
+    client()
+        .get(url)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
         .unwrap()
 }
 

@@ -26,7 +26,7 @@ enum IdsWire {
 #[derive(Debug, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 struct SamplingParams {
-    #[serde(default, deserialize_with = "present")]
+    #[serde(default, deserialize_with = "crate::dialect::present")]
     max_new_tokens: Option<Option<u32>>,
     min_new_tokens: Option<u32>,
     temperature: Option<f64>,
@@ -54,11 +54,6 @@ struct SamplingParams {
     sampling_seed: Option<u64>,
     stream_interval: Option<Value>,
     custom_params: Option<Value>,
-}
-
-/// Distinguish an explicit `null` (`Some(None)`) from an absent key (`None`).
-fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<u32>>, D::Error> {
-    Option::<u32>::deserialize(d).map(Some)
 }
 
 #[derive(Debug, Deserialize)]
@@ -91,6 +86,7 @@ struct GenerateRequest {
 pub fn field_name(canonical: &str) -> String {
     match canonical {
         "prompt" | "messages" => "text".into(),
+        "input_ids" => "input_ids".into(),
         "max_tokens" => "sampling_params.max_new_tokens".into(),
         "min_tokens" => "sampling_params.min_new_tokens".into(),
         "seed" => "sampling_params.sampling_seed".into(),

@@ -149,7 +149,7 @@ impl Encoder for Stream {
             MockKind::Vllm | MockKind::Llamacpp | MockKind::Ollama => {
                 (StopSlot::Absent, StopSlot::Absent)
             }
-            MockKind::Sglang => (StopSlot::Absent, StopSlot::Null),
+            MockKind::Sglang | MockKind::Tgi => (StopSlot::Absent, StopSlot::Null),
         };
         for (index, seq) in seqs.iter().enumerate() {
             let delta = DeltaBody {

@@ -88,7 +88,7 @@ fn prepare(
             )));
         }
         (MockKind::Vllm, _) => state.model(),
-        (MockKind::Sglang, m) => m.unwrap_or("default").to_owned(),
+        (MockKind::Sglang | MockKind::Tgi, m) => m.unwrap_or("default").to_owned(),
         // llama.cpp and Ollama serve their OpenAI routes from their own modules.
         (MockKind::Llamacpp | MockKind::Ollama, _) => state.model(),
     };

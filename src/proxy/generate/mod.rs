@@ -22,18 +22,38 @@ pub async fn handle(
     body: Bytes,
 ) -> Response {
     let at = respond::Arrival::new(&headers);
+    run(&st, dialect, at, &headers, body).await
+}
+
+/// TGI's `POST /generate_stream`: the route, not the body, asks for a stream.
+pub async fn handle_stream(
+    State(st): State<Arc<AppState>>,
+    dialect: Dialect,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let mut at = respond::Arrival::new(&headers);
+    at.stream = true;
+    run(&st, dialect, at, &headers, body).await
+}
+
+async fn run(
+    st: &AppState,
+    dialect: Dialect,
+    at: respond::Arrival,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Response {
     let kind = match st.kind().await {
         Ok(k) => k,
         Err(e) => {
-            let rec = respond::record(&st, dialect, None, &at);
-            return respond::error(&st, rec, dialect, &e);
+            let rec = respond::record(st, dialect, None, &at);
+            return respond::error(st, rec, dialect, &e);
         }
     };
     match kind.route(dialect) {
-        Route::Passthrough => passthrough::handle(&st, dialect, &headers, body, at).await,
-        Route::Translate(target) => {
-            translate::handle(&st, dialect, target, &headers, body, at).await
-        }
+        Route::Passthrough => passthrough::handle(st, kind, dialect, headers, body, at).await,
+        Route::Translate(target) => translate::handle(st, dialect, target, headers, body, at).await,
     }
 }
 

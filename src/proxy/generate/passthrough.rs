@@ -13,7 +13,7 @@ use crate::dialect::Dialect;
 use crate::error::{decode_json, ProxyError};
 use crate::metrics::{Outcome, Summary};
 use crate::stream::pipeline::{pipeline, rewrite_model, Output};
-use crate::upstream::forward_headers;
+use crate::upstream::{forward_headers, Kind};
 
 /// The only fields passthrough reads from a request.
 #[derive(Deserialize)]
@@ -43,8 +43,30 @@ impl Peek {
     }
 }
 
+/// The `model` to send upstream, when it must change: an alias becomes its target, and TGI's
+/// Messages API takes anything but `"tgi"` for a LoRA adapter id, so its own model is `"tgi"`.
+async fn upstream_model(
+    st: &AppState,
+    kind: Kind,
+    dialect: Dialect,
+    model: Option<&str>,
+) -> Option<String> {
+    let model = model?;
+    let resolved = st.models.resolve(model);
+    let tgi_base = kind == Kind::Tgi
+        && dialect == Dialect::OpenaiChat
+        && resolved != "tgi"
+        && st.default_model().await.ok().as_deref() == Some(resolved);
+    match (tgi_base, st.models.is_alias(model)) {
+        (true, _) => Some("tgi".to_string()),
+        (false, true) => Some(resolved.to_string()),
+        (false, false) => None,
+    }
+}
+
 pub async fn handle(
     st: &AppState,
+    kind: Kind,
     dialect: Dialect,
     headers: &HeaderMap,
     body: Bytes,
@@ -60,28 +82,29 @@ pub async fn handle(
         // Only for the metric label; discovering the model once is worth it.
         None => st.default_model().await.ok(),
     };
+    let stream = peek.streams(dialect) || at.stream;
     let mut rec = respond::record(st, dialect, label_model.as_deref(), &at);
-    rec.stream = peek.streams(dialect);
+    rec.stream = stream;
     let strip_usage = peek.needs_usage(dialect);
-    let body = match (alias, strip_usage) {
+    let send_model = upstream_model(st, kind, dialect, peek.model.as_deref()).await;
+    let body = match (&send_model, strip_usage) {
         (None, false) => body,
-        (alias, _) => {
-            match rewrite_request(&body, alias.map(|a| st.models.resolve(a)), strip_usage) {
-                Ok(b) => b,
-                Err(e) => return respond::error(st, rec, dialect, &e),
-            }
-        }
+        (model, _) => match rewrite_request(&body, model.as_deref(), strip_usage) {
+            Ok(b) => b,
+            Err(e) => return respond::error(st, rec, dialect, &e),
+        },
     };
     let sent = Instant::now();
     let fwd = forward_headers(headers);
-    let resp = match st.client.post_json(dialect.path(), body, &fwd).await {
+    let path = dialect.request_path(stream);
+    let resp = match st.client.post_json(path, body, &fwd).await {
         Ok(r) => r,
         Err(e) => return respond::error(st, rec, dialect, &e),
     };
     rec.upstream_headers = Some(sent.elapsed());
     let content_type = resp.content_type.clone().unwrap_or_else(respond::json);
     let alias = alias.map(str::to_string);
-    if peek.streams(dialect) && resp.status.is_success() {
+    if stream && resp.status.is_success() {
         let output = match (alias, strip_usage) {
             (None, false) => Output::Raw,
             (alias, strip_usage) => Output::Reframe { alias, strip_usage },
@@ -96,11 +119,16 @@ pub async fn handle(
         return respond::stream(st, rec, content_type, s);
     }
     let status = resp.status;
+    let header_usage = dialect.usage_from_headers(&resp.headers);
     let bytes = match resp.bytes().await {
         Ok(b) => b,
         Err(e) => return respond::error(st, rec, dialect, &e),
     };
-    let summary = summarize(dialect, status, &bytes, sent);
+    let mut summary = summarize(dialect, status, &bytes, sent);
+    if let (Some(u), true) = (header_usage, status.is_success()) {
+        summary.prompt_tokens = u.prompt_tokens;
+        summary.completion_tokens = u.completion_tokens;
+    }
     let bytes = match &alias {
         Some(a) if status.is_success() => Bytes::from(rewrite_model(&bytes, a)),
         _ => bytes,

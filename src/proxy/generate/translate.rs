@@ -28,6 +28,8 @@ pub async fn handle(
         Ok(r) => r,
         Err(e) => return respond::error(st, respond::record(st, client, None, &at), client, &e),
     };
+    // TGI's `/generate_stream` streams by route.
+    req.stream |= at.stream;
     // Ollama's /api/generate is chat-shaped unless `raw`: the body decides the endpoint.
     let target = target.for_prompt(matches!(req.prompt, crate::model::Prompt::Chat(_)));
     let (resolved, from_discovery) = match resolve_model(st, &req).await {
@@ -52,7 +54,7 @@ pub async fn handle(
             resp.body,
             target.framing(),
             target.stream_decoder(),
-            Output::Encode(enc),
+            Output::Encode(Box::new(enc)),
             sent.elapsed(),
         );
         let ct = HeaderValue::from_static(client.stream_content_type());
@@ -75,7 +77,7 @@ fn response_id(client: Dialect, req: &Request) -> String {
     }
     let hex = ctx::random_id();
     match client {
-        Dialect::Sglang => hex,
+        Dialect::Sglang | Dialect::Tgi => hex,
         Dialect::OpenaiCompletions => format!("cmpl-{hex}"),
         Dialect::OpenaiChat => format!("chatcmpl-{hex}"),
         Dialect::Anthropic => format!("msg_{hex}"),
@@ -100,7 +102,7 @@ async fn send(
         let body = target.encode_request(req).map_err(|e| rename(client, e))?;
         let resp = st
             .client
-            .post_json(target.path(), Bytes::from(body), fwd)
+            .post_json(target.request_path(req.stream), Bytes::from(body), fwd)
             .await?;
         if resp.status.is_success() {
             return Ok(resp);
@@ -163,12 +165,14 @@ async fn whole(
         ..Summary::default()
     };
     let bytes = Bytes::from(client.encode_response(&out, ctx));
-    respond::full(
+    let mut resp = respond::full(
         st,
         rec,
         http::StatusCode::OK,
         respond::json(),
         bytes,
         summary,
-    )
+    );
+    resp.headers_mut().extend(client.response_headers(&out));
+    resp
 }

@@ -65,19 +65,21 @@ async fn sglang_style_script_against_vllm() {
     }
 }
 
-#[tokio::test]
-async fn openai_sdk_against_lingo() {
-    for kind in [MockKind::Vllm, MockKind::Sglang] {
+/// Run an SDK script against lingo in front of each mock kind. `strict` says whether that
+/// kind rejects unknown model names (so the script also checks the not-found error).
+async fn sdk_against(name: &str, kinds: &[MockKind], strict: fn(MockKind) -> bool, extra: &[&str]) {
+    for &kind in kinds {
         let mock = mock(kind).await;
         let base = lingo(config_for(&mock.url(), kind_setting(kind))).await;
         let mut args = vec![
-            script("openai_sdk_client.py"),
+            script(name),
             "--base".into(),
             base,
             "--model".into(),
             "mock-model".into(),
         ];
-        if kind == MockKind::Vllm {
+        args.extend(extra.iter().map(|a| a.to_string()));
+        if strict(kind) {
             args.push("--strict-model".into());
         }
         if let Some(out) = run(args).await {
@@ -87,44 +89,39 @@ async fn openai_sdk_against_lingo() {
 }
 
 #[tokio::test]
+async fn openai_sdk_against_lingo() {
+    // The mock's tokenizer counts words: "one two three" is 3 prompt tokens.
+    let kinds = [MockKind::Vllm, MockKind::Sglang];
+    sdk_against(
+        "openai_sdk_client.py",
+        &kinds,
+        |k| k == MockKind::Vllm,
+        &["--prompt-tokens", "3"],
+    )
+    .await;
+}
+
+#[tokio::test]
 async fn anthropic_sdk_against_lingo() {
-    for kind in [MockKind::Vllm, MockKind::Sglang] {
-        let mock = mock(kind).await;
-        let base = lingo(config_for(&mock.url(), kind_setting(kind))).await;
-        let mut args = vec![
-            script("anthropic_sdk_client.py"),
-            "--base".into(),
-            base,
-            "--model".into(),
-            "mock-model".into(),
-        ];
-        if kind == MockKind::Vllm {
-            args.push("--strict-model".into());
-        }
-        if let Some(out) = run(args).await {
-            assert_ok(out);
-        }
-    }
+    let kinds = [MockKind::Vllm, MockKind::Sglang];
+    sdk_against(
+        "anthropic_sdk_client.py",
+        &kinds,
+        |k| k == MockKind::Vllm,
+        &[],
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn ollama_sdk_against_lingo() {
     // Translated (vLLM, llama.cpp) and passed through (Ollama).
-    for kind in [MockKind::Vllm, MockKind::Llamacpp, MockKind::Ollama] {
-        let mock = mock(kind).await;
-        let base = lingo(config_for(&mock.url(), kind_setting(kind))).await;
-        let mut args = vec![
-            script("ollama_sdk_client.py"),
-            "--base".into(),
-            base,
-            "--model".into(),
-            "mock-model".into(),
-        ];
-        if kind != MockKind::Llamacpp {
-            args.push("--strict-model".into());
-        }
-        if let Some(out) = run(args).await {
-            assert_ok(out);
-        }
-    }
+    let kinds = [MockKind::Vllm, MockKind::Llamacpp, MockKind::Ollama];
+    sdk_against(
+        "ollama_sdk_client.py",
+        &kinds,
+        |k| k != MockKind::Llamacpp,
+        &[],
+    )
+    .await;
 }

@@ -94,6 +94,28 @@ pub struct Sampling {
     /// Regular expressions that stop generation (SGLang `stop_regex`).
     pub stop_regex: Vec<String>,
     pub logit_bias: Option<Map<String, Value>>,
+    /// Fields the client's dialect filled in with its own server's default (llama.cpp's
+    /// `min_p: 0.05`, ...): the client did not ask for them, so an upstream that cannot take
+    /// one gets the request without it instead of a refusal.
+    pub implicit: Vec<&'static str>,
+}
+
+impl Sampling {
+    /// Drop `field` if the client's dialect, not the client, set it. Returns whether it did.
+    pub fn forget_implicit(&mut self, field: &str) -> bool {
+        let Some(i) = self.implicit.iter().position(|f| *f == field) else {
+            return false;
+        };
+        self.implicit.swap_remove(i);
+        match field {
+            "temperature" => self.temperature = None,
+            "top_p" => self.top_p = None,
+            "top_k" => self.top_k = None,
+            "min_p" => self.min_p = None,
+            _ => return false,
+        }
+        true
+    }
 }
 
 /// The canonical request.

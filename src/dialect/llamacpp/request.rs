@@ -85,7 +85,18 @@ pub fn decode(body: &[u8]) -> Result<Request, ProxyError> {
     };
     let mut req = Request::new(prompt);
     let n_predict = w.n_predict.or(w.max_tokens).or(w.max_completion_tokens);
+    let implicit = [
+        ("temperature", w.temperature.is_none()),
+        ("top_k", w.top_k.is_none()),
+        ("top_p", w.top_p.is_none()),
+        ("min_p", w.min_p.is_none()),
+    ];
     req.sampling = Sampling {
+        implicit: implicit
+            .iter()
+            .filter(|(_, i)| *i)
+            .map(|(f, _)| *f)
+            .collect(),
         max_tokens: Some(max_tokens(n_predict)?),
         temperature: Some(w.temperature.unwrap_or(DEFAULT_TEMPERATURE).max(0.0)),
         top_k: Some(match w.top_k.unwrap_or(DEFAULT_TOP_K) {

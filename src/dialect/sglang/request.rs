@@ -254,6 +254,7 @@ fn sampling(p: SamplingParams) -> Result<Sampling, ProxyError> {
         ebnf: p.ebnf,
         logit_bias: p.logit_bias,
         stop_regex: p.stop_regex.map(OneOrMany::into_vec).unwrap_or_default(),
+        implicit: Vec::new(),
     })
 }
 

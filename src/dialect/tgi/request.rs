@@ -58,7 +58,8 @@ pub fn field_name(canonical: &str) -> String {
         "prompt" | "messages" | "input_ids" | "inputs" => "inputs".into(),
         "max_tokens" => "parameters.max_new_tokens".into(),
         "model" => "parameters.adapter_id".into(),
-        "logprobs" => "parameters.top_n_tokens".into(),
+        // `details` asks for per-token log probabilities (`top_n_tokens` for alternatives).
+        "logprobs" => "parameters.details".into(),
         "json_schema" | "regex" => "parameters.grammar".into(),
         "include_stop" => "parameters.stop".into(),
         other if other.starts_with("parameters.") => other.into(),

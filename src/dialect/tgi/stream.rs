@@ -74,8 +74,10 @@ impl Encoder {
             if c.finish.is_none() {
                 return;
             }
-            // A finish without a token (a separate finish chunk): TGI's last event still
-            // carries a token, so send an empty special one.
+            // A finish without a token (llama.cpp and Ollama end with a separate chunk):
+            // TGI's last event still carries a token, so send an empty one marked special,
+            // which clients skip like TGI's own end-of-sequence token (holding every token
+            // back by one to merge them would delay the whole stream).
             toks.push(Tok {
                 id: None,
                 text: "",
@@ -87,7 +89,7 @@ impl Encoder {
         let eos = matches!(c.finish, Some(Finish::Eos(_)));
         for (i, t) in toks.iter().enumerate() {
             let finish = if i == last { c.finish.as_ref() } else { None };
-            let special = finish.is_some() && eos && t.text.is_empty();
+            let special = finish.is_some() && t.text.is_empty() && (eos || t.id.is_none());
             self.token_event(t, special, finish, out);
         }
     }

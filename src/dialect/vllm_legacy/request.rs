@@ -163,6 +163,7 @@ pub fn decode_request(body: &[u8]) -> Result<Request, ProxyError> {
         ebnf,
         stop_regex: Vec::new(),
         logit_bias: w.logit_bias,
+        implicit: Vec::new(),
     };
     Ok(req)
 }

@@ -99,7 +99,13 @@ async fn send(
 ) -> Result<UpstreamResponse, ProxyError> {
     let mut retried = false;
     loop {
-        let body = target.encode_request(req).map_err(|e| rename(client, e))?;
+        let body = match target.encode_request(req) {
+            Ok(b) => b,
+            Err(ProxyError::Unsupported { field, .. }) if req.sampling.forget_implicit(&field) => {
+                continue;
+            }
+            Err(e) => return Err(rename(client, e)),
+        };
         let resp = st
             .client
             .post_json(target.request_path(req.stream), Bytes::from(body), fwd)

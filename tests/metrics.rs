@@ -5,60 +5,12 @@
 
 mod common;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use common::*;
 use lingo::mock::MockKind;
 use lingo::upstream::KindSetting;
 use serde_json::{json, Value};
-
-/// Parse exposition lines `name{labels} value` into (name, labels, value).
-fn samples(text: &str) -> Vec<(String, BTreeMap<String, String>, f64)> {
-    text.lines()
-        .filter(|l| !l.starts_with('#') && !l.is_empty())
-        .filter_map(|l| {
-            let (head, value) = l.rsplit_once(' ')?;
-            let (name, labels) = match head.split_once('{') {
-                Some((n, rest)) => (n, rest.trim_end_matches('}')),
-                None => (head, ""),
-            };
-            let labels = labels
-                .split("\",")
-                .filter(|p| !p.is_empty())
-                .filter_map(|p| {
-                    let (k, v) = p.split_once("=\"")?;
-                    Some((k.to_string(), v.trim_end_matches('"').to_string()))
-                })
-                .collect();
-            Some((name.to_string(), labels, value.parse().ok()?))
-        })
-        .collect()
-}
-
-/// Sum of a metric over the samples whose labels include all of `want`.
-fn sum(text: &str, name: &str, want: &[(&str, &str)]) -> f64 {
-    samples(text)
-        .into_iter()
-        .filter(|(n, labels, _)| {
-            n == name
-                && want
-                    .iter()
-                    .all(|(k, v)| labels.get(*k).map(String::as_str) == Some(*v))
-        })
-        .map(|(_, _, v)| v)
-        .sum()
-}
-
-async fn scrape(base: &str) -> String {
-    client()
-        .get(format!("{base}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
-}
 
 fn request(dialect: &str, stream: bool, max: u64) -> (&'static str, Value) {
     match dialect {

@@ -8,7 +8,7 @@
 mod common;
 
 use common::*;
-use lingo::mock::MockKind;
+use lingo::mock::{MockConfig, MockKind};
 use serde_json::{json, Value};
 
 const PROMPT: &str = "the quick brown fox jumps";
@@ -480,6 +480,9 @@ fn mentions(v: &Value, key: &str) -> bool {
 fn refused_by(kind: MockKind) -> &'static [&'static str] {
     match kind {
         MockKind::Ollama => &["ignore_eos", "details"],
+        // Standard OpenAI has no `ignore_eos`: lingo refuses it, or (passed through) the
+        // upstream does, naming it either way.
+        MockKind::Openai => &["ignore_eos"],
         _ => &[],
     }
 }
@@ -513,7 +516,8 @@ async fn direct_text(mock: &Mock, kind: MockKind) -> String {
     }
     let v: Value = client()
         .post(format!("{}/v1/completions", mock.url()))
-        .json(&completions_request(false))
+        .bearer_auth(API_KEY)
+        .json(&without(completions_request(false), "ignore_eos"))
         .send()
         .await
         .unwrap()
@@ -523,10 +527,25 @@ async fn direct_text(mock: &Mock, kind: MockKind) -> String {
     v["choices"][0]["text"].as_str().unwrap().to_string()
 }
 
+/// The `openai` mock's key, which lingo reads from this variable.
+const API_KEY: &str = "sk-matrix";
+const API_KEY_ENV: &str = "LINGO_TEST_MATRIX_KEY";
+
 async fn run_matrix(kind: MockKind) {
-    let mock = mock(kind).await;
-    let base = lingo(config_for(&mock.url(), kind_setting(kind))).await;
+    let mock = mock_with(MockConfig {
+        kind,
+        api_key: (kind == MockKind::Openai).then(|| API_KEY.to_string()),
+        ..MockConfig::default()
+    })
+    .await;
+    let mut config = config_for(&mock.url(), kind_setting(kind));
+    if kind == MockKind::Openai {
+        std::env::set_var(API_KEY_ENV, API_KEY);
+        config.upstream.api_key_env = Some(API_KEY_ENV.into());
+    }
+    let base = lingo(config).await;
     let expected_text = direct_text(&mock, kind).await;
+    let before = mock.state.stats();
     let mut requests = 1;
     for row in ROWS {
         for &stream in row.streams {
@@ -593,11 +612,57 @@ async fn run_matrix(kind: MockKind) {
         }
     }
     let stats = mock.state.stats();
+    // Refusals the upstream made (of passed-through requests) are its failures.
     assert_eq!(
-        stats.requests, requests,
+        stats.requests - stats.failed,
+        requests,
         "every request reached the upstream once"
     );
     assert_eq!(stats.completion_tokens, requests * MAX);
+    check_metrics(
+        &base,
+        kind,
+        requests - 1,
+        stats.prompt_tokens - before.prompt_tokens,
+    )
+    .await;
+}
+
+/// lingo's own metrics agree with the upstream's counts for every pair: tokens, one TTFT per
+/// request, token-weighted inter-token gaps for streams.
+async fn check_metrics(base: &str, kind: MockKind, requests: u64, prompt_tokens: u64) {
+    let text = scrape(base).await;
+    let ok = [("outcome", "ok")];
+    let total = |name: &str| sum(&text, name, &[]) as u64;
+    assert_eq!(
+        sum(&text, "lingo_requests_total", &ok) as u64,
+        requests,
+        "{kind:?}"
+    );
+    assert_eq!(
+        total("lingo_generation_tokens_total"),
+        requests * MAX,
+        "{kind:?}: generated tokens"
+    );
+    assert_eq!(
+        total("lingo_prompt_tokens_total"),
+        prompt_tokens,
+        "{kind:?}: prompt tokens"
+    );
+    assert_eq!(
+        total("lingo_time_to_first_token_seconds_count"),
+        requests,
+        "{kind:?}: one TTFT per request"
+    );
+    assert_eq!(total("lingo_estimated_token_requests_total"), 0, "{kind:?}");
+    for row in ROWS {
+        let dialect = row.name.trim_end_matches("-stream");
+        let want = [("dialect", dialect), ("outcome", "ok")];
+        assert!(
+            sum(&text, "lingo_requests_total", &want) >= 1.0,
+            "{kind:?}: {dialect} counted"
+        );
+    }
 }
 
 #[tokio::test]
@@ -686,6 +751,11 @@ async fn every_dialect_against_llamacpp() {
 #[tokio::test]
 async fn every_dialect_against_ollama() {
     run_matrix(MockKind::Ollama).await;
+}
+
+#[tokio::test]
+async fn every_dialect_against_openai() {
+    run_matrix(MockKind::Openai).await;
 }
 
 #[tokio::test]

@@ -87,3 +87,37 @@ async fn a_request_on_a_connection_the_server_dropped_is_sent_again() {
         "each request needed a fresh connection"
     );
 }
+
+/// An `https://` upstream is spoken to in TLS: the first bytes lingo sends are a TLS
+/// handshake record, and a server that does not answer in TLS gives the client a 502 in its
+/// own dialect.
+#[tokio::test]
+async fn https_upstreams_get_a_tls_handshake() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let first_bytes = tokio::spawn(async move {
+        let (mut sock, _) = listener.accept().await.unwrap();
+        let mut head = [0u8; 3];
+        sock.read_exact(&mut head).await.unwrap();
+        sock.write_all(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+            .await
+            .unwrap();
+        head
+    });
+    let mut config = config_for(&format!("https://{addr}"), KindSetting::Vllm);
+    config.upstream.model = Some("m".into());
+    config.validate().unwrap();
+    let base = lingo(config).await;
+    let resp = client()
+        .post(format!("{base}/v1/completions"))
+        .json(&json!({"model": "m", "prompt": "a", "max_tokens": 1}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 502);
+    let v: Value = resp.json().await.unwrap();
+    assert!(v["error"]["message"].is_string(), "{v}");
+    let head = first_bytes.await.unwrap();
+    // A TLS record: content type 22 (handshake), protocol major version 3.
+    assert_eq!(&head[..2], &[0x16, 0x03], "{head:?}");
+}

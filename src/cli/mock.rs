@@ -13,7 +13,7 @@ pub struct MockArgs {
     /// Address to listen on.
     #[arg(long, env = "LINGO_MOCK_LISTEN", default_value = "127.0.0.1:8000")]
     pub listen: SocketAddr,
-    /// Which server to imitate: vllm, sglang, tgi, llamacpp or ollama.
+    /// Which server to imitate: vllm, sglang, tgi, llamacpp, ollama or openai.
     #[arg(long, env = "LINGO_MOCK_KIND", default_value = "vllm")]
     pub kind: MockKind,
     /// Served model name.
@@ -37,6 +37,9 @@ pub struct MockArgs {
     /// Answer every k-th generation request with HTTP 500.
     #[arg(long, env = "LINGO_MOCK_FAIL_EVERY")]
     pub fail_every: Option<u32>,
+    /// Require `Authorization: Bearer <key>` (kind openai).
+    #[arg(long, env = "LINGO_MOCK_API_KEY")]
+    pub api_key: Option<String>,
 }
 
 impl MockArgs {
@@ -50,6 +53,7 @@ impl MockArgs {
             max_model_len: self.max_model_len,
             eos_seed: self.eos_seed,
             fail_every: self.fail_every,
+            api_key: self.api_key.clone(),
         }
     }
 }

@@ -20,9 +20,14 @@ pub struct ServeArgs {
     /// Base URL of the inference server [default: http://127.0.0.1:8000].
     #[arg(long, env = "LINGO_UPSTREAM")]
     pub upstream: Option<String>,
-    /// Upstream kind: auto (probe at start), vllm, sglang, tgi, llamacpp or ollama [default: auto].
+    /// Upstream kind: auto (probe at start), vllm, sglang, tgi, llamacpp, ollama or openai
+    /// [default: auto].
     #[arg(long, env = "LINGO_UPSTREAM_KIND")]
     pub upstream_kind: Option<KindSetting>,
+    /// Environment variable holding the upstream's API key, sent as a bearer token
+    /// [default: OPENAI_API_KEY for kind openai].
+    #[arg(long, env = "LINGO_UPSTREAM_API_KEY_ENV")]
+    pub upstream_api_key_env: Option<String>,
     /// The upstream's name in metric labels [default: default].
     #[arg(long, env = "LINGO_UPSTREAM_NAME")]
     pub upstream_name: Option<String>,
@@ -58,6 +63,9 @@ impl ServeArgs {
         }
         if let Some(v) = self.upstream_kind {
             c.upstream.kind = v;
+        }
+        if let Some(v) = &self.upstream_api_key_env {
+            c.upstream.api_key_env = Some(v.clone());
         }
         if let Some(v) = &self.upstream_name {
             c.upstream.name = v.clone();

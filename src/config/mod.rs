@@ -94,14 +94,37 @@ impl Default for Config {
 pub struct UpstreamConfig {
     /// Base URL of the inference server. Default `http://127.0.0.1:8000` (vLLM's default).
     pub url: String,
-    /// `auto` (probe the server at start), `vllm`, `sglang`, `tgi`, `llamacpp` or `ollama`.
-    /// Default `auto`.
+    /// `auto` (probe the server at start), `vllm`, `sglang`, `tgi`, `llamacpp`, `ollama` or
+    /// `openai` (any other OpenAI-compatible server: standard fields only). Default `auto`.
     pub kind: KindSetting,
     /// The upstream's name in metrics labels. Default `default`.
     pub name: String,
     /// Model used for requests that name none (SGLang's `/generate` never does). Default:
     /// the first model the upstream lists on `/v1/models`.
     pub model: Option<String>,
+    /// The environment variable that holds the upstream's API key, sent as
+    /// `Authorization: Bearer <key>` on every upstream request (in place of the client's).
+    /// Default: `OPENAI_API_KEY` for kind `openai` (when it is set), none otherwise.
+    pub api_key_env: Option<String>,
+}
+
+impl UpstreamConfig {
+    /// The API key to send upstream, read from the environment.
+    pub fn api_key(&self) -> Result<Option<String>, ConfigError> {
+        let (var, required) = match (&self.api_key_env, self.kind) {
+            (Some(v), _) => (v.as_str(), true),
+            (None, KindSetting::Openai) => ("OPENAI_API_KEY", false),
+            (None, _) => return Ok(None),
+        };
+        match std::env::var(var) {
+            Ok(key) if !key.is_empty() => Ok(Some(key)),
+            _ if required => Err(invalid(
+                "upstream.api_key_env",
+                format!("the environment variable {var} is not set"),
+            )),
+            _ => Ok(None),
+        }
+    }
 }
 
 impl Default for UpstreamConfig {
@@ -111,6 +134,7 @@ impl Default for UpstreamConfig {
             kind: KindSetting::Auto,
             name: "default".into(),
             model: None,
+            api_key_env: None,
         }
     }
 }
@@ -165,15 +189,19 @@ impl Config {
             .url
             .parse()
             .map_err(|e| invalid("upstream.url", format!("not a URL: {e}")))?;
-        if url.scheme_str() != Some("http") {
+        if !matches!(url.scheme_str(), Some("http" | "https")) {
             return Err(invalid(
                 "upstream.url",
-                "only http:// upstreams are supported",
+                "must start with http:// or https://",
             ));
         }
         if url.host().is_none() {
             return Err(invalid("upstream.url", "has no host"));
         }
+        if self.upstream.api_key_env.as_deref() == Some("") {
+            return Err(invalid("upstream.api_key_env", "must name a variable"));
+        }
+        self.upstream.api_key()?;
         if self.upstream.name.is_empty() {
             return Err(invalid("upstream.name", "must not be empty"));
         }

@@ -280,6 +280,10 @@ impl Dialect {
             Dialect::Sglang => sglang::request::field_name(canonical),
             Dialect::OpenaiCompletions | Dialect::OpenaiChat => match canonical {
                 "input_ids" => "prompt".to_string(),
+                "continue_final" => "continue_final_message".to_string(),
+                "include_stop" => "include_stop_str_in_output".to_string(),
+                "ebnf" => "structured_outputs.grammar".to_string(),
+                "regex" => "structured_outputs.regex".to_string(),
                 other => other.to_string(),
             },
             Dialect::Tgi => tgi::request::field_name(canonical),
@@ -293,12 +297,22 @@ impl Dialect {
 
     // ---- upstream side -----------------------------------------------------------------
 
-    /// Encode a canonical request for an upstream that speaks this dialect.
+    /// Encode a canonical request for an upstream that speaks this dialect (with vLLM's
+    /// extensions, for OpenAI dialects).
     pub fn encode_request(self, req: &Request) -> Result<Vec<u8>, ProxyError> {
+        self.encode_request_as(req, openai::Flavor::Vllm)
+    }
+
+    /// Encode a canonical request; `flavor` says which OpenAI extensions the upstream takes.
+    pub fn encode_request_as(
+        self,
+        req: &Request,
+        flavor: openai::Flavor,
+    ) -> Result<Vec<u8>, ProxyError> {
         match self {
             Dialect::Sglang => sglang::request::encode(req),
-            Dialect::OpenaiCompletions => openai::completions::encode_request(req),
-            Dialect::OpenaiChat => openai::chat::encode_request(req),
+            Dialect::OpenaiCompletions => openai::completions::encode_request(req, flavor),
+            Dialect::OpenaiChat => openai::chat::encode_request(req, flavor),
             Dialect::Tgi => tgi::request::encode(req),
             Dialect::Anthropic => anthropic::encode_request(req),
             Dialect::VllmLegacy => vllm_legacy::encode_request(req),

@@ -25,7 +25,9 @@ impl ErrorShape {
     pub fn openai(kind: MockKind) -> ErrorShape {
         match kind {
             // llama.cpp and Ollama answer their OpenAI-style routes in their own modules.
-            MockKind::Vllm | MockKind::Llamacpp | MockKind::Ollama => ErrorShape::Nested,
+            MockKind::Vllm | MockKind::Llamacpp | MockKind::Ollama | MockKind::Openai => {
+                ErrorShape::Nested
+            }
             MockKind::Sglang => ErrorShape::Flat,
             MockKind::Tgi => ErrorShape::Tgi,
         }

@@ -48,6 +48,8 @@ pub enum MockKind {
     /// llama.cpp's `llama-server`.
     Llamacpp,
     Ollama,
+    /// OpenAI's own API: documented fields only, an optional API key.
+    Openai,
 }
 
 impl MockKind {
@@ -58,6 +60,7 @@ impl MockKind {
             MockKind::Tgi => "tgi",
             MockKind::Llamacpp => "llamacpp",
             MockKind::Ollama => "ollama",
+            MockKind::Openai => "openai",
         }
     }
 }
@@ -72,8 +75,10 @@ impl FromStr for MockKind {
             "tgi" => Ok(MockKind::Tgi),
             "llamacpp" => Ok(MockKind::Llamacpp),
             "ollama" => Ok(MockKind::Ollama),
+            "openai" => Ok(MockKind::Openai),
             other => Err(format!(
-                "unknown mock kind `{other}` (expected vllm, sglang, tgi, llamacpp or ollama)"
+                "unknown mock kind `{other}` (expected vllm, sglang, tgi, llamacpp, ollama or \
+                 openai)"
             )),
         }
     }
@@ -98,6 +103,8 @@ pub struct MockConfig {
     pub eos_seed: u64,
     /// Every k-th generation request answers HTTP 500. Default `None`.
     pub fail_every: Option<u32>,
+    /// Require `Authorization: Bearer <key>` (kind `openai` only). Default: none.
+    pub api_key: Option<String>,
 }
 
 impl Default for MockConfig {
@@ -111,6 +118,7 @@ impl Default for MockConfig {
             max_model_len: 32768,
             eos_seed: 0,
             fail_every: None,
+            api_key: None,
         }
     }
 }

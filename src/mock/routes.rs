@@ -68,6 +68,15 @@ pub fn router(state: Arc<MockState>) -> Router {
             .route("/v1/chat/completions", post(tgi::chat)),
         MockKind::Llamacpp => llamacpp::routes(),
         MockKind::Ollama => ollama::routes(),
+        // OpenAI has no health route; its model list needs the key like everything else.
+        MockKind::Openai => Router::new()
+            .route("/v1/models", get(models))
+            .route("/v1/completions", post(openai::completions))
+            .route("/v1/chat/completions", post(openai::chat))
+            .route_layer(axum::middleware::from_fn_with_state(
+                state.clone(),
+                openai::strict::require_key,
+            )),
     };
     common
         .merge(specific)
@@ -82,6 +91,11 @@ async fn models(State(state): State<Arc<MockState>>) -> Json<Value> {
         let m = state.model();
         return Json(json!({"object": "list", "data": [
             {"id": m, "object": "model", "created": 0, "owned_by": m}]}));
+    }
+    if cfg.kind == MockKind::Openai {
+        return Json(json!({"object": "list", "data": [
+            {"id": state.model(), "object": "model", "created": state.started,
+             "owned_by": "system"}]}));
     }
     let mut card = json!({
         "id": state.model(), "object": "model", "created": state.started,

@@ -103,7 +103,7 @@ fn tokenized(state: &MockState, req: TokenizeRequest) -> Result<Value, ApiError>
         }
     };
     Ok(match cfg.kind {
-        MockKind::Vllm | MockKind::Llamacpp | MockKind::Ollama => {
+        MockKind::Vllm | MockKind::Llamacpp | MockKind::Ollama | MockKind::Openai => {
             let strs = req.return_token_strs.unwrap_or(false).then(|| {
                 prompt
                     .ids

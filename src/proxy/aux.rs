@@ -95,6 +95,11 @@ pub(super) async fn kind(st: &AppState) -> Result<Kind, Response> {
 async fn health(State(st): St) -> Response {
     match kind(&st).await {
         Ok(Kind::Ollama) => super::aux_native::ollama_health(&st).await,
+        // The OpenAI API has no health route: a model list that answers is the sign of life.
+        Ok(Kind::Openai) => match forward(&st, Method::GET, "/v1/models").await {
+            r if r.status().is_success() => StatusCode::OK.into_response(),
+            r => r,
+        },
         _ => forward(&st, Method::GET, "/health").await,
     }
 }
@@ -103,7 +108,9 @@ async fn health(State(st): St) -> Response {
 async fn health_generate(State(st): St) -> Response {
     match kind(&st).await {
         Ok(Kind::Sglang) => forward(&st, Method::GET, "/health_generate").await,
-        Ok(Kind::Vllm | Kind::Tgi | Kind::Llamacpp | Kind::Ollama) => health(State(st)).await,
+        Ok(Kind::Vllm | Kind::Tgi | Kind::Llamacpp | Kind::Ollama | Kind::Openai) => {
+            health(State(st)).await
+        }
         Err(r) => r,
     }
 }
@@ -111,7 +118,7 @@ async fn health_generate(State(st): St) -> Response {
 async fn model_info(State(st): St, uri: Uri) -> Response {
     match kind(&st).await {
         Ok(Kind::Sglang) => forward(&st, Method::GET, uri.path()).await,
-        Ok(Kind::Vllm | Kind::Tgi | Kind::Llamacpp | Kind::Ollama) => {
+        Ok(Kind::Vllm | Kind::Tgi | Kind::Llamacpp | Kind::Ollama | Kind::Openai) => {
             match st.default_model().await {
                 Ok(m) => axum::Json(json!({
                     "model_path": m, "tokenizer_path": m, "is_generation": true,
@@ -131,7 +138,7 @@ async fn model_info(State(st): St, uri: Uri) -> Response {
 async fn server_info(State(st): St, uri: Uri) -> Response {
     match kind(&st).await {
         Ok(Kind::Sglang) => forward(&st, Method::GET, uri.path()).await,
-        Ok(k @ (Kind::Vllm | Kind::Tgi | Kind::Llamacpp | Kind::Ollama)) => {
+        Ok(k @ (Kind::Vllm | Kind::Tgi | Kind::Llamacpp | Kind::Ollama | Kind::Openai)) => {
             let model = st.default_model().await.unwrap_or_default();
             axum::Json(json!({
                 "model_path": model, "served_model_name": model,
@@ -149,7 +156,7 @@ async fn server_info(State(st): St, uri: Uri) -> Response {
 async fn flush_cache(State(st): St, method: Method) -> Response {
     match kind(&st).await {
         Ok(Kind::Sglang) => forward(&st, method, "/flush_cache").await,
-        Ok(Kind::Vllm | Kind::Tgi | Kind::Llamacpp | Kind::Ollama) => {
+        Ok(Kind::Vllm | Kind::Tgi | Kind::Llamacpp | Kind::Ollama | Kind::Openai) => {
             (StatusCode::OK, "Cache flushed.\n").into_response()
         }
         Err(r) => r,

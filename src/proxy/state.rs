@@ -19,7 +19,14 @@ pub struct AppState {
 
 impl AppState {
     pub fn new(config: Config, metrics: Arc<Metrics>) -> AppState {
-        let client = Client::new(&config.upstream.url, &config.timeouts);
+        let mut client = Client::new(&config.upstream.url, &config.timeouts);
+        // `validate()` has checked that an explicitly named variable is set.
+        if let Ok(Some(key)) = config.upstream.api_key() {
+            match client.clone().with_api_key(&key) {
+                Ok(c) => client = c,
+                Err(e) => tracing::warn!(error = %e, "API key not used"),
+            }
+        }
         let models = Models::new(config.models.clone(), config.upstream.model.clone());
         let kind = Kind::from_setting(config.upstream.kind);
         AppState {

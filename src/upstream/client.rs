@@ -31,12 +31,17 @@ impl UpstreamResponse {
     }
 }
 
-/// One upstream base URL behind hyper-util's pooled, keep-alive client.
+type Connector = hyper_rustls::HttpsConnector<HttpConnector>;
+
+/// One upstream base URL (`http://` or `https://`) behind hyper-util's pooled, keep-alive
+/// client.
 #[derive(Clone)]
 pub struct Client {
     base: String,
-    inner: hyper_util::client::legacy::Client<HttpConnector, Full<Bytes>>,
+    inner: hyper_util::client::legacy::Client<Connector, Full<Bytes>>,
     header_timeout: Duration,
+    /// `Authorization` for every request, replacing the client's (`upstream.api_key_env`).
+    auth: Option<HeaderValue>,
 }
 
 impl Client {
@@ -45,15 +50,26 @@ impl Client {
         connector.set_nodelay(true);
         connector.set_connect_timeout(Some(t.connect));
         connector.set_keepalive(Some(Duration::from_secs(60)));
+        connector.enforce_http(false);
         let inner = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
             .pool_idle_timeout(t.pool_idle)
             .pool_max_idle_per_host(1024)
-            .build(connector);
+            .build(tls(connector));
         Client {
             base: base.trim_end_matches('/').to_string(),
             inner,
             header_timeout: t.response_headers,
+            auth: None,
         }
+    }
+
+    /// Send `Authorization: Bearer <key>` on every request.
+    pub fn with_api_key(mut self, key: &str) -> Result<Client, ProxyError> {
+        let mut v = HeaderValue::try_from(format!("Bearer {key}"))
+            .map_err(|_| ProxyError::Internal("the API key is not a valid header value".into()))?;
+        v.set_sensitive(true);
+        self.auth = Some(v);
+        Ok(self)
     }
 
     pub fn base(&self) -> &str {
@@ -85,7 +101,12 @@ impl Client {
         let build = || {
             let mut req = Request::builder().method(method.clone()).uri(&uri);
             for (k, v) in headers {
-                req = req.header(k, v);
+                if self.auth.is_none() || k != header::AUTHORIZATION {
+                    req = req.header(k, v);
+                }
+            }
+            if let Some(auth) = &self.auth {
+                req = req.header(header::AUTHORIZATION, auth);
             }
             if !body.is_empty() {
                 req = req.header(header::CONTENT_TYPE, "application/json");
@@ -110,6 +131,20 @@ impl Client {
             body,
         })
     }
+}
+
+/// TLS for `https://` upstreams (hosted OpenAI-compatible APIs), trusting the system's
+/// certificates, or Mozilla's bundled roots where the system has none.
+fn tls(http: HttpConnector) -> Connector {
+    let builder = hyper_rustls::HttpsConnectorBuilder::new();
+    let builder = match builder.with_native_roots() {
+        Ok(b) => b,
+        Err(e) => {
+            tracing::debug!(error = %e, "no system certificates; using bundled roots");
+            hyper_rustls::HttpsConnectorBuilder::new().with_webpki_roots()
+        }
+    };
+    builder.https_or_http().enable_http1().wrap_connector(http)
 }
 
 enum Failure {
@@ -161,13 +196,25 @@ fn classify(uri: &str, e: Failure) -> ProxyError {
     ProxyError::UpstreamUnreachable(format!("{uri}: {text}"))
 }
 
-/// The client headers worth forwarding upstream: credentials and the request id.
+/// The client headers worth forwarding upstream: credentials and the request id. Anthropic's
+/// SDK sends its key as `x-api-key`; OpenAI-style servers (vLLM `--api-key`) read a bearer
+/// token, so that is what it becomes.
 pub fn forward_headers(headers: &HeaderMap) -> Vec<(HeaderName, HeaderValue)> {
-    [
+    let mut out: Vec<(HeaderName, HeaderValue)> = [
         header::AUTHORIZATION,
         HeaderName::from_static("x-request-id"),
     ]
     .into_iter()
     .filter_map(|k| headers.get(&k).cloned().map(|v| (k, v)))
-    .collect()
+    .collect();
+    let bearer = headers
+        .get("x-api-key")
+        .filter(|_| !headers.contains_key(header::AUTHORIZATION))
+        .and_then(|k| k.to_str().ok())
+        .and_then(|k| HeaderValue::try_from(format!("Bearer {k}")).ok());
+    if let Some(mut v) = bearer {
+        v.set_sensitive(true);
+        out.push((header::AUTHORIZATION, v));
+    }
+    out
 }

@@ -78,8 +78,9 @@ async fn answers_with(client: &Client, path: &str, keys: &[&str]) -> bool {
 
 /// Probe the upstream: SGLang answers `/get_model_info`; TGI answers `/info` with its
 /// `model_id` and router limits; llama.cpp `/props` (with its generation settings or model
-/// path); Ollama `/api/version`; vLLM lists models `owned_by: vllm`. Anything else that speaks
-/// OpenAI is treated as vLLM-like. `None` if nothing answered.
+/// path); Ollama `/api/version`; vLLM lists models `owned_by: vllm`. Anything else that lists
+/// models is a plain OpenAI-compatible server, sent only standard fields. `None` if nothing
+/// answered.
 pub async fn detect_kind(client: &Client) -> Option<(Kind, String)> {
     if let Ok(resp) = client.get("/get_model_info").await {
         if resp.status.is_success() {
@@ -106,6 +107,7 @@ pub async fn detect_kind(client: &Client) -> Option<(Kind, String)> {
     Some(match owner.as_str() {
         "sglang" => (Kind::Sglang, why),
         "llamacpp" => (Kind::Llamacpp, why),
-        _ => (Kind::Vllm, why),
+        "vllm" => (Kind::Vllm, why),
+        _ => (Kind::Openai, why),
     })
 }

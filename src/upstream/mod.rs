@@ -10,6 +10,7 @@ pub use models::Models;
 
 use serde::{Deserialize, Serialize};
 
+use crate::dialect::openai::Flavor;
 use crate::dialect::Dialect;
 
 /// The `kind` setting: a known kind, or `auto` to probe at start.
@@ -22,6 +23,7 @@ pub enum KindSetting {
     Tgi,
     Llamacpp,
     Ollama,
+    Openai,
 }
 
 impl std::str::FromStr for KindSetting {
@@ -34,8 +36,10 @@ impl std::str::FromStr for KindSetting {
             "tgi" => Ok(KindSetting::Tgi),
             "llamacpp" => Ok(KindSetting::Llamacpp),
             "ollama" => Ok(KindSetting::Ollama),
+            "openai" => Ok(KindSetting::Openai),
             other => Err(format!(
-                "unknown upstream kind `{other}` (auto, vllm, sglang, tgi, llamacpp, ollama)"
+                "unknown upstream kind `{other}` (auto, vllm, sglang, tgi, llamacpp, ollama, \
+                 openai)"
             )),
         }
     }
@@ -55,6 +59,9 @@ pub enum Kind {
     /// Ollama: native `/api/generate` and `/api/chat` (its OpenAI routes are not used: the
     /// native ones take an explicit `num_predict` and report exact counts).
     Ollama,
+    /// Any other OpenAI-compatible server (OpenAI itself, hosted APIs): the standard API only,
+    /// no vLLM extensions.
+    Openai,
 }
 
 impl Kind {
@@ -65,13 +72,16 @@ impl Kind {
             Kind::Tgi => "tgi",
             Kind::Llamacpp => "llamacpp",
             Kind::Ollama => "ollama",
+            Kind::Openai => "openai",
         }
     }
 
     /// The client endpoints this kind serves itself (so requests pass through untouched).
     pub fn serves(self, dialect: Dialect) -> bool {
         match self {
-            Kind::Vllm => matches!(dialect, Dialect::OpenaiCompletions | Dialect::OpenaiChat),
+            Kind::Vllm | Kind::Openai => {
+                matches!(dialect, Dialect::OpenaiCompletions | Dialect::OpenaiChat)
+            }
             Kind::Sglang => matches!(
                 dialect,
                 Dialect::Sglang | Dialect::OpenaiCompletions | Dialect::OpenaiChat
@@ -97,7 +107,7 @@ impl Kind {
             // TGI's raw prompts go to SGLang's native endpoint, which takes all of TGI's
             // parameters.
             Kind::Sglang if client == Dialect::Tgi => Dialect::Sglang,
-            Kind::Vllm | Kind::Sglang | Kind::Llamacpp => Dialect::OpenaiCompletions,
+            Kind::Vllm | Kind::Sglang | Kind::Llamacpp | Kind::Openai => Dialect::OpenaiCompletions,
         };
         Route::Translate(completions.for_prompt(client.is_chat()))
     }
@@ -111,6 +121,15 @@ impl Kind {
             KindSetting::Tgi => Some(Kind::Tgi),
             KindSetting::Llamacpp => Some(Kind::Llamacpp),
             KindSetting::Ollama => Some(Kind::Ollama),
+            KindSetting::Openai => Some(Kind::Openai),
+        }
+    }
+
+    /// Which OpenAI extensions this kind's OpenAI routes take.
+    pub fn flavor(self) -> Flavor {
+        match self {
+            Kind::Openai => Flavor::Standard,
+            _ => Flavor::Vllm,
         }
     }
 }

@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used)] // a panic in a test is a failed test
 #![allow(dead_code)]
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -64,6 +65,7 @@ pub fn kind_setting(kind: MockKind) -> KindSetting {
         MockKind::Tgi => KindSetting::Tgi,
         MockKind::Llamacpp => KindSetting::Llamacpp,
         MockKind::Ollama => KindSetting::Ollama,
+        MockKind::Openai => KindSetting::Openai,
     }
 }
 
@@ -113,4 +115,52 @@ pub async fn eventually(mut f: impl FnMut() -> bool) -> bool {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     f()
+}
+
+/// Parse exposition lines `name{labels} value` into (name, labels, value).
+pub fn samples(text: &str) -> Vec<(String, BTreeMap<String, String>, f64)> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .filter_map(|l| {
+            let (head, value) = l.rsplit_once(' ')?;
+            let (name, labels) = match head.split_once('{') {
+                Some((n, rest)) => (n, rest.trim_end_matches('}')),
+                None => (head, ""),
+            };
+            let labels = labels
+                .split("\",")
+                .filter(|p| !p.is_empty())
+                .filter_map(|p| {
+                    let (k, v) = p.split_once("=\"")?;
+                    Some((k.to_string(), v.trim_end_matches('"').to_string()))
+                })
+                .collect();
+            Some((name.to_string(), labels, value.parse().ok()?))
+        })
+        .collect()
+}
+
+/// Sum of a metric over the samples whose labels include all of `want`.
+pub fn sum(text: &str, name: &str, want: &[(&str, &str)]) -> f64 {
+    samples(text)
+        .into_iter()
+        .filter(|(n, labels, _)| {
+            n == name
+                && want
+                    .iter()
+                    .all(|(k, v)| labels.get(*k).map(String::as_str) == Some(*v))
+        })
+        .map(|(_, _, v)| v)
+        .sum()
+}
+
+pub async fn scrape(base: &str) -> String {
+    client()
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
 }

@@ -69,7 +69,8 @@ const REFUSED: &[(&str, &str)] = &[
 /// How this dialect names a canonical field, for error messages.
 pub fn field_name(canonical: &str) -> String {
     match canonical {
-        "prompt" | "messages" => "messages".into(),
+        // A final assistant turn is Anthropic's prefill: `continue_final` comes from it.
+        "prompt" | "messages" | "continue_final" => "messages".into(),
         "stop" => "stop_sequences".into(),
         other => other.into(),
     }

@@ -28,3 +28,16 @@ fn completions_logprobs(
 }
 
 pub use wire::{finish_from_wire, finish_to_wire, sampling_from_wire, write_sampling, UsageWire};
+
+/// How much of vLLM's additions to the OpenAI API an upstream takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flavor {
+    /// vLLM, SGLang and llama.cpp: `top_k`, `min_p`, `ignore_eos`, `return_token_ids`,
+    /// per-chunk usage, `request_id`, ... (lingo asks for token ids and usage to count
+    /// exactly).
+    Vllm,
+    /// The OpenAI API as documented, for any other compatible server (OpenAI's own rejects
+    /// unknown fields): the extensions a client set are refused by name, and the ones lingo
+    /// would add for itself are left out.
+    Standard,
+}

@@ -6,6 +6,7 @@ use serde_json::{json, Map, Value};
 use crate::error::ProxyError;
 use bytes::BytesMut;
 
+use crate::dialect::openai::Flavor;
 use crate::dialect::Ctx;
 use crate::model::{Finish, Request, Sampling, Tally, Usage};
 use crate::stream::framing::write_sse;
@@ -73,44 +74,70 @@ pub fn sampling_from_wire(w: SamplingWire, max_tokens: Option<u32>) -> Sampling 
     }
 }
 
-/// Write every sampling field the request sets (vLLM's names), refusing what vLLM lacks.
-pub fn write_sampling(s: &Sampling, m: &mut Map<String, Value>) -> Result<(), ProxyError> {
+/// Write every sampling field the request sets (vLLM's names), refusing what the upstream
+/// lacks.
+pub fn write_sampling(
+    s: &Sampling,
+    m: &mut Map<String, Value>,
+    flavor: Flavor,
+) -> Result<(), ProxyError> {
+    write_standard(s, m);
+    match flavor {
+        Flavor::Vllm => write_extensions(s, m),
+        Flavor::Standard => refuse_extensions(s),
+    }?;
+    write_structured(s, m)
+}
+
+/// The fields OpenAI documents.
+fn write_standard(s: &Sampling, m: &mut Map<String, Value>) {
+    let floats = [
+        ("temperature", s.temperature),
+        ("top_p", s.top_p),
+        ("frequency_penalty", s.frequency_penalty),
+        ("presence_penalty", s.presence_penalty),
+    ];
+    for (k, v) in floats {
+        if let Some(v) = v {
+            m.insert(k.into(), json!(v));
+        }
+    }
+    if s.n != 1 {
+        m.insert("n".into(), json!(s.n));
+    }
+    if !s.stop.is_empty() {
+        m.insert("stop".into(), json!(s.stop));
+    }
+    if let Some(seed) = s.seed {
+        m.insert("seed".into(), json!(seed));
+    }
+    if let Some(b) = &s.logit_bias {
+        m.insert("logit_bias".into(), Value::Object(b.clone()));
+    }
+}
+
+/// vLLM's (and SGLang's) sampling additions.
+fn write_extensions(s: &Sampling, m: &mut Map<String, Value>) -> Result<(), ProxyError> {
     let mut put = |k: &str, v: Value| {
         m.insert(k.to_string(), v);
     };
     if let Some(v) = s.min_tokens.filter(|&v| v > 0) {
         put("min_tokens", json!(v));
     }
-    let floats = [
-        ("temperature", s.temperature),
-        ("top_p", s.top_p),
-        ("min_p", s.min_p),
-        ("frequency_penalty", s.frequency_penalty),
-        ("presence_penalty", s.presence_penalty),
-        ("repetition_penalty", s.repetition_penalty),
-    ];
-    for (k, v) in floats {
-        if let Some(v) = v {
-            put(k, json!(v));
-        }
+    if let Some(v) = s.min_p {
+        put("min_p", json!(v));
+    }
+    if let Some(v) = s.repetition_penalty {
+        put("repetition_penalty", json!(v));
     }
     if let Some(k) = s.top_k {
         put("top_k", json!(k));
-    }
-    if s.n != 1 {
-        put("n", json!(s.n));
-    }
-    if !s.stop.is_empty() {
-        put("stop", json!(s.stop));
     }
     if !s.stop_token_ids.is_empty() {
         put("stop_token_ids", json!(s.stop_token_ids));
     }
     if s.ignore_eos {
         put("ignore_eos", json!(true));
-    }
-    if let Some(seed) = s.seed {
-        put("seed", json!(seed));
     }
     if let Some(v) = s.skip_special_tokens {
         put("skip_special_tokens", json!(v));
@@ -121,10 +148,38 @@ pub fn write_sampling(s: &Sampling, m: &mut Map<String, Value>) -> Result<(), Pr
     if s.include_stop {
         put("include_stop_str_in_output", json!(true));
     }
-    if let Some(b) = &s.logit_bias {
-        put("logit_bias", Value::Object(b.clone()));
+    Ok(())
+}
+
+/// The vLLM sampling fields a request sets that the standard OpenAI API has no field for.
+/// Neutral values (`top_k: -1`, `min_p: 0`, ...) ask for nothing and pass.
+fn refuse_extensions(s: &Sampling) -> Result<(), ProxyError> {
+    let set = [
+        ("top_k", s.top_k.is_some_and(|k| k > 0)),
+        ("min_p", s.min_p.is_some_and(|p| p > 0.0)),
+        (
+            "repetition_penalty",
+            s.repetition_penalty.is_some_and(|p| p != 1.0),
+        ),
+        ("min_tokens", s.min_tokens.is_some_and(|n| n > 0)),
+        ("stop_token_ids", !s.stop_token_ids.is_empty()),
+        ("ignore_eos", s.ignore_eos),
+        ("skip_special_tokens", s.skip_special_tokens == Some(false)),
+        (
+            "spaces_between_special_tokens",
+            s.spaces_between_special_tokens == Some(false),
+        ),
+        ("include_stop", s.include_stop),
+        ("regex", s.regex.is_some()),
+        ("ebnf", s.ebnf.is_some()),
+    ];
+    match set.iter().find(|(_, on)| *on) {
+        Some((field, _)) => Err(ProxyError::unsupported(
+            *field,
+            "the upstream speaks the standard OpenAI API, which has no such field",
+        )),
+        None => Ok(()),
     }
-    write_structured(s, m)
 }
 
 /// Structured output: a JSON schema through `response_format`, regex and grammars through
@@ -224,17 +279,24 @@ pub fn finish_to_wire(f: Option<&Finish>) -> (Value, Value) {
 }
 
 /// The tail every OpenAI-style upstream request shares: the request id, the stream flag
-/// with per-chunk usage (so lingo counts exactly), and the client's own extra fields.
-pub fn finish_request(req: &Request, mut m: Map<String, Value>) -> Result<Vec<u8>, ProxyError> {
-    if let Some(id) = &req.request_id {
+/// with usage (per chunk where the upstream can, so lingo counts exactly), and the client's
+/// own extra fields.
+pub fn finish_request(
+    req: &Request,
+    mut m: Map<String, Value>,
+    flavor: Flavor,
+) -> Result<Vec<u8>, ProxyError> {
+    let vllm = flavor == Flavor::Vllm;
+    if let Some(id) = req.request_id.as_ref().filter(|_| vllm) {
         m.insert("request_id".into(), json!(id));
     }
     if req.stream {
         m.insert("stream".into(), json!(true));
-        m.insert(
-            "stream_options".into(),
-            json!({"include_usage": true, "continuous_usage_stats": true}),
-        );
+        let options = match flavor {
+            Flavor::Vllm => json!({"include_usage": true, "continuous_usage_stats": true}),
+            Flavor::Standard => json!({"include_usage": true}),
+        };
+        m.insert("stream_options".into(), options);
     }
     for (k, v) in &req.extra {
         m.entry(k.clone()).or_insert_with(|| v.clone());

@@ -5,6 +5,7 @@ use serde_json::{json, Map, Value};
 
 use super::DEFAULT_MAX_TOKENS;
 use crate::dialect::openai::wire::{write_sampling, OneOrMany};
+use crate::dialect::openai::Flavor;
 use crate::error::{decode_json, ProxyError};
 use crate::model::{Prompt, Request, Sampling};
 
@@ -240,7 +241,7 @@ pub fn encode_request(req: &Request) -> Result<Vec<u8>, ProxyError> {
         json_schema: None,
         ..req.sampling.clone()
     };
-    write_sampling(&sampling, &mut m)?;
+    write_sampling(&sampling, &mut m, Flavor::Vllm)?;
     if let Some(schema) = &req.sampling.json_schema {
         let so = m
             .entry("structured_outputs")

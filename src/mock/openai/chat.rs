@@ -73,7 +73,7 @@ fn choice<'a, M>(
 ) -> Choice<'a, M> {
     let done = to == seq.len();
     let mut finish = ctx.finish(seq, done);
-    if ctx.kind == MockKind::Vllm && !done {
+    if matches!(ctx.kind, MockKind::Vllm | MockKind::Openai) && !done {
         finish.stop_reason = StopSlot::Absent;
     }
     Choice {
@@ -146,7 +146,7 @@ impl Encoder for Stream {
     fn open(&mut self, seqs: &[Seq], out: &mut Vec<u8>) {
         let ctx = &self.0;
         let (stop_reason, matched_stop) = match ctx.kind {
-            MockKind::Vllm | MockKind::Llamacpp | MockKind::Ollama => {
+            MockKind::Vllm | MockKind::Llamacpp | MockKind::Ollama | MockKind::Openai => {
                 (StopSlot::Absent, StopSlot::Absent)
             }
             MockKind::Sglang | MockKind::Tgi => (StopSlot::Absent, StopSlot::Null),

@@ -82,12 +82,12 @@ fn prepare(
 ) -> Result<Job, ApiError> {
     let cfg = &state.config;
     let model = match (cfg.kind, common.model.as_deref()) {
-        (MockKind::Vllm, Some(m)) if m != state.model() => {
+        (MockKind::Vllm | MockKind::Openai, Some(m)) if m != state.model() => {
             return Err(ApiError::not_found(format!(
                 "The model `{m}` does not exist."
             )));
         }
-        (MockKind::Vllm, _) => state.model(),
+        (MockKind::Vllm | MockKind::Openai, _) => state.model(),
         (MockKind::Sglang | MockKind::Tgi, m) => m.unwrap_or("default").to_owned(),
         // llama.cpp and Ollama serve their OpenAI routes from their own modules.
         (MockKind::Llamacpp | MockKind::Ollama, _) => state.model(),

@@ -9,6 +9,7 @@ mod completions;
 mod job;
 mod logprobs;
 pub(crate) mod request;
+pub(crate) mod strict;
 mod wire;
 
 use std::sync::Arc;
@@ -22,6 +23,7 @@ use super::driver::{self, Generation};
 use super::error::{ApiError, ErrorShape};
 use super::generate::generate_all;
 use super::state::{MockState, RequestGuard};
+use super::MockKind;
 use job::{chat_job, completion_job, Job};
 use request::{ChatRequest, CompletionRequest};
 
@@ -29,6 +31,12 @@ pub(crate) async fn completions(State(state): State<Arc<MockState>>, body: Bytes
     let (guard, ordinal) = state.begin();
     let job = if state.should_fail(ordinal) {
         Err(ApiError::internal("mock: injected failure (fail_every)"))
+    } else if state.config.kind == MockKind::Openai {
+        strict::check(&body, false).and_then(|()| {
+            serde_json::from_slice::<CompletionRequest>(&body)
+                .map_err(ApiError::invalid_body)
+                .and_then(|req| completion_job(&state, req))
+        })
     } else {
         serde_json::from_slice::<CompletionRequest>(&body)
             .map_err(ApiError::invalid_body)
@@ -41,6 +49,12 @@ pub(crate) async fn chat(State(state): State<Arc<MockState>>, body: Bytes) -> Re
     let (guard, ordinal) = state.begin();
     let job = if state.should_fail(ordinal) {
         Err(ApiError::internal("mock: injected failure (fail_every)"))
+    } else if state.config.kind == MockKind::Openai {
+        strict::check(&body, true).and_then(|()| {
+            serde_json::from_slice::<ChatRequest>(&body)
+                .map_err(ApiError::invalid_body)
+                .and_then(|req| chat_job(&state, req))
+        })
     } else {
         serde_json::from_slice::<ChatRequest>(&body)
             .map_err(ApiError::invalid_body)

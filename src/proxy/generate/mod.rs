@@ -53,7 +53,9 @@ async fn run(
     };
     match kind.route(dialect) {
         Route::Passthrough => passthrough::handle(st, kind, dialect, headers, body, at).await,
-        Route::Translate(target) => translate::handle(st, dialect, target, headers, body, at).await,
+        Route::Translate(target) => {
+            translate::handle(st, kind, dialect, target, headers, body, at).await
+        }
     }
 }
 

@@ -14,10 +14,11 @@ use crate::error::ProxyError;
 use crate::metrics::{RequestRecord, Summary};
 use crate::model::Request;
 use crate::stream::pipeline::{pipeline, Output};
-use crate::upstream::{forward_headers, UpstreamResponse};
+use crate::upstream::{forward_headers, Kind, UpstreamResponse};
 
 pub async fn handle(
     st: &AppState,
+    kind: Kind,
     client: Dialect,
     target: Dialect,
     headers: &HeaderMap,
@@ -43,7 +44,12 @@ pub async fn handle(
     let ctx = Ctx::new(&req, response_id(client, &req), shown);
     let fwd = forward_headers(headers);
     let sent = Instant::now();
-    let resp = match send(st, client, target, &mut req, &fwd, from_discovery).await {
+    let way = Way {
+        client,
+        target,
+        kind,
+    };
+    let resp = match send(st, way, &mut req, &fwd, from_discovery).await {
         Ok(r) => r,
         Err(e) => return respond::error(st, rec, client, &e),
     };
@@ -87,19 +93,30 @@ fn response_id(client: Dialect, req: &Request) -> String {
     }
 }
 
+/// Which dialects a translation joins, to which kind of upstream.
+#[derive(Clone, Copy)]
+struct Way {
+    client: Dialect,
+    target: Dialect,
+    kind: Kind,
+}
+
 /// Encode and send; on "model not found" for a discovered default, refresh the model list
 /// and try once more with the new default.
 async fn send(
     st: &AppState,
-    client: Dialect,
-    target: Dialect,
+    Way {
+        client,
+        target,
+        kind,
+    }: Way,
     req: &mut Request,
     fwd: &[(http::HeaderName, HeaderValue)],
     from_discovery: bool,
 ) -> Result<UpstreamResponse, ProxyError> {
     let mut retried = false;
     loop {
-        let body = match target.encode_request(req) {
+        let body = match target.encode_request_as(req, kind.flavor()) {
             Ok(b) => b,
             Err(ProxyError::Unsupported { field, .. }) if req.sampling.forget_implicit(&field) => {
                 continue;

@@ -6,6 +6,7 @@ use serde_json::{json, Map, Value};
 use crate::dialect::openai::wire::{
     finish_request, sampling_from_wire, write_sampling, SamplingWire,
 };
+use crate::dialect::openai::Flavor;
 use crate::error::{decode_json, ProxyError};
 use crate::model::{Message, Prompt, Request, Role};
 
@@ -70,7 +71,7 @@ pub fn decode_request(body: &[u8]) -> Result<Request, ProxyError> {
     Ok(req)
 }
 
-pub fn encode_request(req: &Request) -> Result<Vec<u8>, ProxyError> {
+pub fn encode_request(req: &Request, flavor: Flavor) -> Result<Vec<u8>, ProxyError> {
     let Prompt::Chat(messages) = &req.prompt else {
         return Err(ProxyError::unsupported(
             "prompt",
@@ -89,15 +90,21 @@ pub fn encode_request(req: &Request) -> Result<Vec<u8>, ProxyError> {
     if let Some(max) = req.sampling.max_tokens {
         m.insert("max_tokens".into(), json!(max));
     }
-    write_sampling(&req.sampling, &mut m)?;
+    write_sampling(&req.sampling, &mut m, flavor)?;
     if let Some(k) = req.logprobs {
         m.insert("logprobs".into(), json!(true));
         m.insert("top_logprobs".into(), json!(k));
+    }
+    if req.continue_final && flavor == Flavor::Standard {
+        return Err(ProxyError::unsupported(
+            "continue_final",
+            "the standard OpenAI API cannot continue a final assistant message",
+        ));
     }
     if req.continue_final {
         // vLLM's and SGLang's way to continue the last assistant message (prefill).
         m.insert("continue_final_message".into(), json!(true));
         m.insert("add_generation_prompt".into(), json!(false));
     }
-    finish_request(req, m)
+    finish_request(req, m, flavor)
 }

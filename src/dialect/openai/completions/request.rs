@@ -6,6 +6,7 @@ use serde_json::{json, Map, Value};
 use crate::dialect::openai::wire::{
     finish_request, sampling_from_wire, write_sampling, SamplingWire,
 };
+use crate::dialect::openai::Flavor;
 use crate::error::{decode_json, ProxyError};
 use crate::model::{Prompt, Request};
 
@@ -74,9 +75,9 @@ pub fn decode_request(body: &[u8]) -> Result<Request, ProxyError> {
     Ok(req)
 }
 
-/// Encode for a vLLM-flavoured completions upstream. Always sends an explicit `max_tokens`,
-/// asks for token ids and per-chunk usage so lingo can count exactly.
-pub fn encode_request(req: &Request) -> Result<Vec<u8>, ProxyError> {
+/// Encode for a completions upstream. Always sends an explicit `max_tokens`; of a vLLM-flavoured
+/// one, asks for token ids and per-chunk usage so lingo can count exactly.
+pub fn encode_request(req: &Request, flavor: Flavor) -> Result<Vec<u8>, ProxyError> {
     let mut m = Map::new();
     if let Some(model) = &req.model {
         m.insert("model".into(), json!(model));
@@ -96,10 +97,12 @@ pub fn encode_request(req: &Request) -> Result<Vec<u8>, ProxyError> {
     m.insert("prompt".into(), prompt);
     let max = req.sampling.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS);
     m.insert("max_tokens".into(), json!(max));
-    write_sampling(&req.sampling, &mut m)?;
+    write_sampling(&req.sampling, &mut m, flavor)?;
     if let Some(k) = req.logprobs {
         m.insert("logprobs".into(), json!(k));
     }
-    m.insert("return_token_ids".into(), json!(true));
-    finish_request(req, m)
+    if flavor == Flavor::Vllm {
+        m.insert("return_token_ids".into(), json!(true));
+    }
+    finish_request(req, m, flavor)
 }

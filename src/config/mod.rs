@@ -254,7 +254,7 @@ mod tests {
     #[test]
     fn validate_names_the_key() {
         let mut cfg = Config::default();
-        cfg.upstream.url = "https://x".into();
+        cfg.upstream.url = "ftp://x".into();
         assert!(cfg
             .validate()
             .unwrap_err()

@@ -171,6 +171,23 @@ fn tgi_read(body: &str, stream: bool) -> Seen {
     }
 }
 
+/// TGI's compat route `POST /` (where its Python client posts): the body's `stream` decides,
+/// and a whole answer comes as a one-element array.
+fn tgi_compat_request(stream: bool) -> Value {
+    let mut v = tgi_request(stream);
+    v["stream"] = json!(stream);
+    v
+}
+
+fn tgi_compat_read(body: &str, stream: bool) -> Seen {
+    if stream {
+        return tgi_read(body, true);
+    }
+    let v: Value = serde_json::from_str(body).unwrap();
+    let one = v.as_array().expect("an array").first().unwrap();
+    tgi_read(&one.to_string(), false)
+}
+
 const BOTH: &[bool] = &[false, true];
 
 fn anthropic_request(stream: bool) -> Value {
@@ -420,6 +437,13 @@ const ROWS: &[Row] = &[
         read: tgi_read,
     },
     Row {
+        name: "tgi-compat",
+        path: "/",
+        streams: BOTH,
+        request: tgi_compat_request,
+        read: tgi_compat_read,
+    },
+    Row {
         name: "anthropic",
         path: "/v1/messages",
         streams: BOTH,
@@ -564,9 +588,9 @@ async fn run_matrix(kind: MockKind) {
                 // TGI answers validation errors with 422 (in a 200 stream on
                 // `/generate_stream`), everyone else with 400.
                 let status = resp.status().as_u16();
-                let expected = match row.name {
-                    "tgi" => 422,
-                    "tgi-stream" => 200,
+                let expected = match (row.name, stream) {
+                    ("tgi" | "tgi-compat", false) => 422,
+                    ("tgi-stream" | "tgi-compat", true) => 200,
                     _ => 400,
                 };
                 assert_eq!(status, expected, "{what}: {field} must be refused");
@@ -656,7 +680,10 @@ async fn check_metrics(base: &str, kind: MockKind, requests: u64, prompt_tokens:
     );
     assert_eq!(total("lingo_estimated_token_requests_total"), 0, "{kind:?}");
     for row in ROWS {
-        let dialect = row.name.trim_end_matches("-stream");
+        let dialect = match row.name {
+            "tgi-stream" | "tgi-compat" => "tgi",
+            name => name,
+        };
         let want = [("dialect", dialect), ("outcome", "ok")];
         assert!(
             sum(&text, "lingo_requests_total", &want) >= 1.0,

@@ -1,4 +1,5 @@
-//! Real clients against lingo: the official `openai`, `anthropic` and `ollama` Python SDKs,
+//! Real clients against lingo: the official `openai`, `anthropic` and `ollama` Python SDKs and
+//! TGI's `text-generation` client,
 //! and a stdlib script written the way SGLang users write theirs, against lingo in front of
 //! the mocks.
 //! Without Python or the SDK the test is skipped, except under CI (`CI` set), where
@@ -111,6 +112,20 @@ async fn anthropic_sdk_against_lingo() {
         &[],
     )
     .await;
+}
+
+#[tokio::test]
+async fn tgi_client_against_lingo() {
+    // Translated (vLLM, SGLang's native /generate) and passed through (TGI).
+    let kinds = [MockKind::Vllm, MockKind::Sglang, MockKind::Tgi];
+    for kind in kinds {
+        let mock = mock(kind).await;
+        let base = lingo(config_for(&mock.url(), kind_setting(kind))).await;
+        let args = vec![script("tgi_sdk_client.py"), "--base".into(), base];
+        if let Some(out) = run(args).await {
+            assert_ok(out);
+        }
+    }
 }
 
 #[tokio::test]

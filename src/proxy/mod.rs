@@ -48,6 +48,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/completions", post(gen(Dialect::OpenaiCompletions)))
         .route("/v1/chat/completions", post(gen(Dialect::OpenaiChat)))
         .route("/generate_stream", post(gen_stream(Dialect::Tgi)))
+        // TGI's compat route, which its Python client (`text-generation`) posts to.
+        .route("/", post(generate::handle_tgi_compat))
         .route("/v1/messages", post(gen(Dialect::Anthropic)))
         .route("/completion", post(gen(Dialect::Llamacpp)))
         .route("/completions", post(gen(Dialect::Llamacpp)))

@@ -7,7 +7,7 @@ mod translate;
 use std::sync::Arc;
 
 use axum::extract::State;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use http::HeaderMap;
 
@@ -73,6 +73,41 @@ pub async fn handle_generate(
             respond::error(&st, rec, Dialect::Sglang, &e)
         }
     }
+}
+
+/// TGI's compat route `POST /`: a body `stream: true` is `/generate_stream`; otherwise it is
+/// `/generate` with the answer in a one-element array.
+pub async fn handle_tgi_compat(
+    st: State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    #[derive(serde::Deserialize)]
+    struct Compat {
+        #[serde(default)]
+        stream: bool,
+    }
+    // A body that does not parse gets its error from the TGI decoder.
+    let stream = serde_json::from_slice::<Compat>(&body).is_ok_and(|c| c.stream);
+    if stream {
+        return handle_stream(st, Dialect::Tgi, headers, body).await;
+    }
+    let resp = handle(st, Dialect::Tgi, headers, body).await;
+    if !resp.status().is_success() {
+        return resp;
+    }
+    let (mut parts, body) = resp.into_parts();
+    // Whole answers are small and already complete: reading one here ends its metering a
+    // copy earlier than the client sees it, which is all this costs.
+    let Ok(inner) = axum::body::to_bytes(body, usize::MAX).await else {
+        return http::StatusCode::BAD_GATEWAY.into_response();
+    };
+    let mut wrapped = Vec::with_capacity(inner.len() + 2);
+    wrapped.push(b'[');
+    wrapped.extend_from_slice(&inner);
+    wrapped.push(b']');
+    parts.headers.remove(http::header::CONTENT_LENGTH);
+    Response::from_parts(parts, axum::body::Body::from(wrapped))
 }
 
 /// Whether an upstream error says the model does not exist (so the model list is stale).

@@ -7,21 +7,13 @@
 
 mod common;
 
+use common::readers::*;
 use common::*;
 use lingo::mock::{MockConfig, MockKind};
 use serde_json::{json, Value};
 
 const PROMPT: &str = "the quick brown fox jumps";
 const MAX: u64 = 9;
-
-/// What one answer said: text, completion tokens, finish reason (normalised; empty for a
-/// dialect that never says, vLLM's legacy server).
-#[derive(Debug, PartialEq)]
-struct Seen {
-    text: String,
-    tokens: u64,
-    finish: String,
-}
 
 struct Row {
     name: &'static str,
@@ -35,33 +27,6 @@ struct Row {
 fn sglang_request(stream: bool) -> Value {
     json!({"text": PROMPT, "stream": stream,
            "sampling_params": {"max_new_tokens": MAX, "ignore_eos": true, "temperature": 0}})
-}
-
-fn sglang_read(body: &str, stream: bool) -> Seen {
-    let last = if stream {
-        let events = sse_events(body);
-        assert_eq!(
-            events.last(),
-            Some(&json!("[DONE]")),
-            "stream ends with [DONE]"
-        );
-        // Cumulative text: every chunk extends the previous one.
-        let texts: Vec<&str> = events.iter().filter_map(|e| e["text"].as_str()).collect();
-        for w in texts.windows(2) {
-            assert!(w[1].starts_with(w[0]), "not cumulative: {w:?}");
-        }
-        events[events.len() - 2].clone()
-    } else {
-        serde_json::from_str(body).unwrap()
-    };
-    Seen {
-        text: last["text"].as_str().unwrap().to_string(),
-        tokens: last["meta_info"]["completion_tokens"].as_u64().unwrap(),
-        finish: last["meta_info"]["finish_reason"]["type"]
-            .as_str()
-            .unwrap()
-            .to_string(),
-    }
 }
 
 fn completions_request(stream: bool) -> Value {
@@ -82,93 +47,9 @@ fn chat_request(stream: bool) -> Value {
     v
 }
 
-fn openai_read(body: &str, stream: bool, content: fn(&Value) -> Option<&str>) -> Seen {
-    if !stream {
-        let v: Value = serde_json::from_str(body).unwrap();
-        return Seen {
-            text: content(&v["choices"][0]).unwrap_or_default().to_string(),
-            tokens: v["usage"]["completion_tokens"].as_u64().unwrap(),
-            finish: v["choices"][0]["finish_reason"]
-                .as_str()
-                .unwrap()
-                .to_string(),
-        };
-    }
-    let events = sse_events(body);
-    assert_eq!(events.last(), Some(&json!("[DONE]")));
-    let mut seen = Seen {
-        text: String::new(),
-        tokens: 0,
-        finish: String::new(),
-    };
-    for e in &events {
-        if let Some(c) = e["choices"].get(0) {
-            seen.text.push_str(content(c).unwrap_or_default());
-            if let Some(f) = c["finish_reason"].as_str() {
-                seen.finish = f.to_string();
-            }
-        }
-        if let Some(n) = e["usage"]["completion_tokens"].as_u64() {
-            // llama.cpp (passed through) puts usage and timings on its last completions chunk.
-            assert!(
-                e["choices"].as_array().unwrap().is_empty() || e.get("timings").is_some(),
-                "usage comes in its own chunk"
-            );
-            seen.tokens = n;
-        }
-    }
-    seen
-}
-
 fn tgi_request(_stream: bool) -> Value {
     json!({"inputs": PROMPT,
            "parameters": {"max_new_tokens": MAX, "details": true, "do_sample": false}})
-}
-
-/// TGI's answer: one object with `details`, or a stream of one token per event, no
-/// terminator, the last event with `details`.
-fn tgi_read(body: &str, stream: bool) -> Seen {
-    if !stream {
-        let v: Value = serde_json::from_str(body).unwrap();
-        // Without `details` the count is only in the `x-generated-tokens` header (0 here).
-        return Seen {
-            text: v["generated_text"].as_str().unwrap().to_string(),
-            tokens: v["details"]["generated_tokens"].as_u64().unwrap_or(0),
-            finish: v["details"]["finish_reason"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string(),
-        };
-    }
-    assert!(
-        body.starts_with("data:{"),
-        "TGI events have no space: {body:.40}"
-    );
-    let events = sse_events(body);
-    assert!(!events.contains(&json!("[DONE]")), "TGI sends no [DONE]");
-    let text = events
-        .iter()
-        .filter(|e| e["token"]["special"] != json!(true))
-        .map(|e| e["token"]["text"].as_str().unwrap())
-        .collect();
-    let last = events.last().unwrap();
-    assert_eq!(last["generated_text"], json!(text), "final generated_text");
-    // An upstream that ends with a separate finish chunk gives one more, empty and special.
-    let tokens = events
-        .iter()
-        .filter(|e| e["token"]["special"] == json!(false))
-        .count() as u64;
-    if let Some(n) = last["details"]["generated_tokens"].as_u64() {
-        assert_eq!(n, tokens, "one event per generated token");
-    }
-    Seen {
-        text,
-        tokens,
-        finish: last["details"]["finish_reason"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string(),
-    }
 }
 
 /// TGI's compat route `POST /` (where its Python client posts): the body's `stream` decides,
@@ -177,15 +58,6 @@ fn tgi_compat_request(stream: bool) -> Value {
     let mut v = tgi_request(stream);
     v["stream"] = json!(stream);
     v
-}
-
-fn tgi_compat_read(body: &str, stream: bool) -> Seen {
-    if stream {
-        return tgi_read(body, true);
-    }
-    let v: Value = serde_json::from_str(body).unwrap();
-    let one = v.as_array().expect("an array").first().unwrap();
-    tgi_read(&one.to_string(), false)
 }
 
 const BOTH: &[bool] = &[false, true];
@@ -197,161 +69,14 @@ fn anthropic_request(stream: bool) -> Value {
            "ignore_eos": true})
 }
 
-fn anthropic_finish(reason: &Value) -> String {
-    match reason.as_str().unwrap() {
-        "max_tokens" => "length".into(),
-        "end_turn" | "stop_sequence" => "stop".into(),
-        other => other.into(),
-    }
-}
-
-/// Anthropic's named events, in order: `(event name, payload)`; the name must repeat the
-/// payload's `type`.
-fn named_events(body: &str) -> Vec<(String, Value)> {
-    body.split("\n\n")
-        .filter(|b| !b.trim().is_empty())
-        .map(|block| {
-            let name = block
-                .lines()
-                .find_map(|l| l.strip_prefix("event: "))
-                .unwrap();
-            let data = block
-                .lines()
-                .find_map(|l| l.strip_prefix("data: "))
-                .unwrap();
-            let v: Value = serde_json::from_str(data).unwrap();
-            assert_eq!(
-                v["type"],
-                json!(name),
-                "event name and type differ: {block}"
-            );
-            (name.to_string(), v)
-        })
-        .collect()
-}
-
-fn anthropic_read(body: &str, stream: bool) -> Seen {
-    if !stream {
-        let v: Value = serde_json::from_str(body).unwrap();
-        assert_eq!(v["type"], "message");
-        assert!(v["id"].as_str().unwrap().starts_with("msg_"), "{v}");
-        assert!(v["usage"]["input_tokens"].as_u64().unwrap() > 0, "{v}");
-        return Seen {
-            text: v["content"][0]["text"].as_str().unwrap_or_default().into(),
-            tokens: v["usage"]["output_tokens"].as_u64().unwrap(),
-            finish: anthropic_finish(&v["stop_reason"]),
-        };
-    }
-    let events = named_events(body);
-    let names: Vec<&str> = events.iter().map(|(n, _)| n.as_str()).collect();
-    assert_eq!(
-        names[..3],
-        ["message_start", "content_block_start", "ping"],
-        "{names:?}"
-    );
-    assert_eq!(
-        names[names.len() - 3..],
-        ["content_block_stop", "message_delta", "message_stop"],
-        "{names:?}"
-    );
-    // Upstreams that count per chunk (vLLM, SGLang) give the prompt count with the first
-    // token, so `message_start` has it; the others only at the end, in `message_delta`.
-    let start = &events[0].1["message"];
-    let end = &events[events.len() - 2].1;
-    assert!(
-        start["usage"]["input_tokens"].as_u64().unwrap() > 0
-            || end["usage"]["input_tokens"].as_u64().unwrap_or(0) > 0,
-        "{start} {end}"
-    );
-    let text = events
-        .iter()
-        .filter(|(n, _)| n == "content_block_delta")
-        .map(|(_, v)| v["delta"]["text"].as_str().unwrap())
-        .collect();
-    let delta = &events[events.len() - 2].1;
-    Seen {
-        text,
-        tokens: delta["usage"]["output_tokens"].as_u64().unwrap(),
-        finish: anthropic_finish(&delta["delta"]["stop_reason"]),
-    }
-}
-
 fn vllm_legacy_request(stream: bool) -> Value {
     json!({"prompt": PROMPT, "stream": stream, "max_tokens": MAX, "ignore_eos": true,
            "temperature": 0})
 }
 
-/// `{"text": [prompt + output]}`, whole or as cumulative lines. The dialect reports no token
-/// counts: the mock's output tokens are words, so they are counted as words.
-fn vllm_legacy_read(body: &str, stream: bool) -> Seen {
-    let full = if stream {
-        let texts: Vec<String> = body
-            .split('\n')
-            .filter(|l| !l.is_empty())
-            .map(|l| {
-                let v: Value = serde_json::from_str(l).unwrap();
-                v["text"][0].as_str().unwrap().to_string()
-            })
-            .collect();
-        assert!(body.ends_with('\n'), "every line ends with a newline");
-        for w in texts.windows(2) {
-            assert!(w[1].starts_with(&w[0]), "not cumulative: {w:?}");
-        }
-        texts.last().unwrap().clone()
-    } else {
-        let v: Value = serde_json::from_str(body).unwrap();
-        v["text"][0].as_str().unwrap().to_string()
-    };
-    let text = full.strip_prefix(PROMPT).expect("the prompt comes first");
-    Seen {
-        text: text.to_string(),
-        tokens: text.split_whitespace().count() as u64,
-        finish: String::new(),
-    }
-}
-
 fn llamacpp_request(stream: bool) -> Value {
     json!({"prompt": PROMPT, "n_predict": MAX, "ignore_eos": true, "temperature": 0,
            "stream": stream})
-}
-
-/// llama.cpp's `stop_type`, named as the other rows name their finish reasons.
-fn stop_type(v: &Value) -> String {
-    match v["stop_type"].as_str().unwrap() {
-        "limit" => "length".into(),
-        other => other.into(),
-    }
-}
-
-fn llamacpp_read(body: &str, stream: bool) -> Seen {
-    if !stream {
-        let v: Value = serde_json::from_str(body).unwrap();
-        assert_eq!(v["stop"], json!(true));
-        return Seen {
-            text: v["content"].as_str().unwrap().to_string(),
-            tokens: v["tokens_predicted"].as_u64().unwrap(),
-            finish: stop_type(&v),
-        };
-    }
-    let events = sse_events(body);
-    assert!(
-        !events.contains(&json!("[DONE]")),
-        "llama.cpp sends no [DONE]"
-    );
-    let (last, partial) = events.split_last().unwrap();
-    assert_eq!(last["stop"], json!(true), "the stream ends with stop: true");
-    assert_eq!(last["content"], json!(""));
-    assert!(last["timings"]["predicted_n"].is_u64(), "timings: {last}");
-    let mut text = String::new();
-    for e in partial {
-        assert_eq!(e["stop"], json!(false));
-        text.push_str(e["content"].as_str().unwrap());
-    }
-    Seen {
-        text,
-        tokens: last["tokens_predicted"].as_u64().unwrap(),
-        finish: stop_type(last),
-    }
 }
 
 fn ollama_generate_request(stream: bool) -> Value {
@@ -362,35 +87,6 @@ fn ollama_generate_request(stream: bool) -> Value {
 fn ollama_chat_request(stream: bool) -> Value {
     json!({"model": "mock-model", "messages": [{"role": "user", "content": PROMPT}],
            "stream": stream, "options": {"num_predict": MAX, "temperature": 0}})
-}
-
-fn ollama_text(v: &Value) -> &str {
-    v["response"]
-        .as_str()
-        .or(v["message"]["content"].as_str())
-        .unwrap()
-}
-
-fn ollama_read(body: &str, stream: bool) -> Seen {
-    let lines: Vec<Value> = body
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    let (last, partial) = lines.split_last().unwrap();
-    assert_eq!(last["done"], json!(true), "the answer ends with done: true");
-    assert!(last["total_duration"].as_u64().unwrap() > 0, "{last}");
-    assert!(last["eval_duration"].is_u64(), "{last}");
-    if !stream {
-        assert!(partial.is_empty(), "one object when not streaming");
-    }
-    let mut text: String = partial.iter().map(ollama_text).collect();
-    text.push_str(ollama_text(last));
-    Seen {
-        text,
-        tokens: last["eval_count"].as_u64().unwrap(),
-        finish: last["done_reason"].as_str().unwrap().to_string(),
-    }
 }
 
 const ROWS: &[Row] = &[
@@ -455,7 +151,7 @@ const ROWS: &[Row] = &[
         path: "/generate",
         streams: BOTH,
         request: vllm_legacy_request,
-        read: vllm_legacy_read,
+        read: |b, s| vllm_legacy_read(PROMPT, b, s),
     },
     Row {
         name: "llamacpp",

@@ -129,7 +129,8 @@ impl Kind {
     pub fn flavor(self) -> Flavor {
         match self {
             Kind::Openai => Flavor::Standard,
-            _ => Flavor::Vllm,
+            Kind::Llamacpp => Flavor::Llamacpp,
+            Kind::Vllm | Kind::Sglang | Kind::Tgi | Kind::Ollama => Flavor::Vllm,
         }
     }
 }

@@ -4,6 +4,8 @@
 #![allow(clippy::unwrap_used)] // a panic in a test is a failed test
 #![allow(dead_code)]
 
+pub mod readers;
+
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;

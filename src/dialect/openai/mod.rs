@@ -36,6 +36,9 @@ pub enum Flavor {
     /// per-chunk usage, `request_id`, ... (lingo asks for token ids and usage to count
     /// exactly).
     Vllm,
+    /// llama.cpp's OpenAI routes: its own names for the extensions it has (`repeat_penalty`),
+    /// the others refused rather than silently ignored; no token ids or per-chunk usage.
+    Llamacpp,
     /// The OpenAI API as documented, for any other compatible server (OpenAI's own rejects
     /// unknown fields): the extensions a client set are refused by name, and the ones lingo
     /// would add for itself are left out.

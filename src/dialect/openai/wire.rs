@@ -84,7 +84,8 @@ pub fn write_sampling(
     write_standard(s, m);
     match flavor {
         Flavor::Vllm => write_extensions(s, m),
-        Flavor::Standard => refuse_extensions(s),
+        Flavor::Llamacpp => write_llamacpp(s, m),
+        Flavor::Standard => refuse_extensions(s, flavor, &[]),
     }?;
     write_structured(s, m)
 }
@@ -146,24 +147,26 @@ fn write_extensions(s: &Sampling, m: &mut Map<String, Value>) -> Result<(), Prox
         put("spaces_between_special_tokens", json!(v));
     }
     if s.include_stop {
+        // vLLM's name, and SGLang's (whose OpenAI routes read only `no_stop_trim`).
         put("include_stop_str_in_output", json!(true));
+        put("no_stop_trim", json!(true));
     }
     Ok(())
 }
 
-/// The vLLM sampling fields a request sets that the standard OpenAI API has no field for.
-/// Neutral values (`top_k: -1`, `min_p: 0`, ...) ask for nothing and pass.
-fn refuse_extensions(s: &Sampling) -> Result<(), ProxyError> {
-    let set = [
+/// The vLLM sampling fields a request sets (neutral values, `top_k: -1`, `min_p: 0`, ...,
+/// ask for nothing and count as unset).
+fn extensions_set(s: &Sampling) -> [(&'static str, bool); 11] {
+    [
         ("top_k", s.top_k.is_some_and(|k| k > 0)),
         ("min_p", s.min_p.is_some_and(|p| p > 0.0)),
         (
             "repetition_penalty",
             s.repetition_penalty.is_some_and(|p| p != 1.0),
         ),
+        ("ignore_eos", s.ignore_eos),
         ("min_tokens", s.min_tokens.is_some_and(|n| n > 0)),
         ("stop_token_ids", !s.stop_token_ids.is_empty()),
-        ("ignore_eos", s.ignore_eos),
         ("skip_special_tokens", s.skip_special_tokens == Some(false)),
         (
             "spaces_between_special_tokens",
@@ -172,15 +175,50 @@ fn refuse_extensions(s: &Sampling) -> Result<(), ProxyError> {
         ("include_stop", s.include_stop),
         ("regex", s.regex.is_some()),
         ("ebnf", s.ebnf.is_some()),
-    ];
-    match set.iter().find(|(_, on)| *on) {
-        Some((field, _)) => Err(ProxyError::unsupported(
-            *field,
-            "the upstream speaks the standard OpenAI API, which has no such field",
-        )),
-        None => Ok(()),
-    }
+    ]
 }
+
+/// Refuse the first extension the request sets that `takes` does not list.
+fn refuse_extensions(s: &Sampling, flavor: Flavor, takes: &[&str]) -> Result<(), ProxyError> {
+    let set = extensions_set(s);
+    let Some((field, _)) = set.iter().find(|(f, on)| *on && !takes.contains(f)) else {
+        return Ok(());
+    };
+    let upstream = match flavor {
+        Flavor::Llamacpp => "llama.cpp",
+        Flavor::Vllm | Flavor::Standard => "the standard OpenAI API",
+    };
+    let reason = match *field {
+        // TGI clients ask for this implicitly: TGI keeps a matched stop sequence in the text.
+        "include_stop" => {
+            format!("{upstream} cannot keep the matched stop sequence in the text")
+        }
+        _ => format!("{upstream} has no such field"),
+    };
+    Err(ProxyError::unsupported(*field, reason))
+}
+
+/// llama.cpp's OpenAI routes read its native sampling names: the extensions it has are
+/// written its way, the others refused (it would ignore them silently).
+fn write_llamacpp(s: &Sampling, m: &mut Map<String, Value>) -> Result<(), ProxyError> {
+    refuse_extensions(s, Flavor::Llamacpp, LLAMACPP_TAKES)?;
+    if let Some(k) = s.top_k {
+        m.insert("top_k".into(), json!(k.max(0)));
+    }
+    if let Some(v) = s.min_p {
+        m.insert("min_p".into(), json!(v));
+    }
+    if let Some(v) = s.repetition_penalty {
+        m.insert("repeat_penalty".into(), json!(v));
+    }
+    if s.ignore_eos {
+        m.insert("ignore_eos".into(), json!(true));
+    }
+    Ok(())
+}
+
+/// The vLLM extensions llama.cpp has (under its own names).
+const LLAMACPP_TAKES: &[&str] = &["top_k", "min_p", "repetition_penalty", "ignore_eos"];
 
 /// Structured output: a JSON schema through `response_format`, regex and grammars through
 /// vLLM's `structured_outputs`.
@@ -294,7 +332,7 @@ pub fn finish_request(
         m.insert("stream".into(), json!(true));
         let options = match flavor {
             Flavor::Vllm => json!({"include_usage": true, "continuous_usage_stats": true}),
-            Flavor::Standard => json!({"include_usage": true}),
+            Flavor::Llamacpp | Flavor::Standard => json!({"include_usage": true}),
         };
         m.insert("stream_options".into(), options);
     }
@@ -313,4 +351,50 @@ pub fn write_stream_end(ctx: &Ctx, object: &str, tally: &Tally, out: &mut BytesM
         write_sse(out, v.to_string().as_bytes());
     }
     write_sse(out, b"[DONE]");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn written(s: &Sampling, flavor: Flavor) -> Result<Map<String, Value>, ProxyError> {
+        let mut m = Map::new();
+        write_sampling(s, &mut m, flavor).map(|()| m)
+    }
+
+    #[test]
+    fn each_flavor_writes_what_its_upstream_reads() {
+        let s = Sampling {
+            top_k: Some(20),
+            repetition_penalty: Some(1.1),
+            temperature: Some(0.5),
+            ..Sampling::default()
+        };
+        let vllm = written(&s, Flavor::Vllm).unwrap();
+        assert_eq!(vllm["repetition_penalty"], json!(1.1));
+        let llama = written(&s, Flavor::Llamacpp).unwrap();
+        assert_eq!(llama["repeat_penalty"], json!(1.1));
+        assert!(!llama.contains_key("repetition_penalty"));
+        assert_eq!(llama["top_k"], json!(20));
+        let err = written(&s, Flavor::Standard).unwrap_err();
+        assert!(err.to_string().contains("top_k"), "{err}");
+    }
+
+    #[test]
+    fn llamacpp_refuses_what_it_would_ignore() {
+        let s = Sampling {
+            min_tokens: Some(3),
+            ..Sampling::default()
+        };
+        let err = written(&s, Flavor::Llamacpp).unwrap_err();
+        assert!(err.to_string().contains("min_tokens"), "{err}");
+        // Neutral values ask for nothing.
+        let neutral = Sampling {
+            min_tokens: Some(0),
+            skip_special_tokens: Some(true),
+            ..Sampling::default()
+        };
+        written(&neutral, Flavor::Llamacpp).unwrap();
+        written(&neutral, Flavor::Standard).unwrap();
+    }
 }

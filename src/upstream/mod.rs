@@ -128,9 +128,11 @@ impl Kind {
     /// Which OpenAI extensions this kind's OpenAI routes take.
     pub fn flavor(self) -> Flavor {
         match self {
-            Kind::Openai => Flavor::Standard,
+            // TGI's Messages API reads the standard fields only (no top_k, no ignore_eos) and
+            // ignores the rest silently.
+            Kind::Openai | Kind::Tgi => Flavor::Standard,
             Kind::Llamacpp => Flavor::Llamacpp,
-            Kind::Vllm | Kind::Sglang | Kind::Tgi | Kind::Ollama => Flavor::Vllm,
+            Kind::Vllm | Kind::Sglang | Kind::Ollama => Flavor::Vllm,
         }
     }
 }

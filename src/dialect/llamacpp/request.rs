@@ -60,7 +60,7 @@ pub fn field_name(canonical: &str) -> String {
         "max_tokens" => "n_predict".into(),
         "logprobs" => "n_probs".into(),
         "repetition_penalty" => "repeat_penalty".into(),
-        "messages" => "prompt".into(),
+        "messages" | "input_ids" => "prompt".into(),
         other => other.into(),
     }
 }

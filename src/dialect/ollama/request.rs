@@ -204,7 +204,7 @@ pub fn encode_generate(req: &Request) -> Result<Vec<u8>, ProxyError> {
         }
         Prompt::Tokens(_) => {
             return Err(ProxyError::unsupported(
-                "prompt",
+                "input_ids",
                 "Ollama takes text prompts only, not token ids",
             ))
         }

@@ -59,7 +59,7 @@ pub fn field_name(canonical: &str) -> String {
         "max_tokens" => "parameters.max_new_tokens".into(),
         "model" => "parameters.adapter_id".into(),
         // `details` asks for per-token log probabilities (`top_n_tokens` for alternatives).
-        "logprobs" => "parameters.details".into(),
+        "logprobs" => "parameters.details/top_n_tokens".into(),
         "json_schema" | "regex" => "parameters.grammar".into(),
         "include_stop" => "parameters.stop".into(),
         other if other.starts_with("parameters.") => other.into(),

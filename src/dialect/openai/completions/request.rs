@@ -97,6 +97,12 @@ pub fn encode_request(req: &Request, flavor: Flavor) -> Result<Vec<u8>, ProxyErr
     m.insert("prompt".into(), prompt);
     let max = req.sampling.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS);
     m.insert("max_tokens".into(), json!(max));
+    if flavor == Flavor::Standard && req.sampling.json_schema.is_some() {
+        return Err(ProxyError::unsupported(
+            "json_schema",
+            "the standard completions API has no response_format (only chat does)",
+        ));
+    }
     write_sampling(&req.sampling, &mut m, flavor)?;
     if let Some(k) = req.logprobs {
         m.insert("logprobs".into(), json!(k));

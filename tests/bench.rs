@@ -556,3 +556,53 @@ async fn vllm_legacy_generate_through_lingo() {
     }
     assert_eq!(state.stats().completion_tokens, 15 * 16);
 }
+
+/// Every client dialect drives load: through lingo in front of vLLM (translated or passed
+/// through), and, for the native dialects, straight at their own server's mock. The counts
+/// the driver reports are the upstream's, request for request.
+#[tokio::test]
+async fn every_dialect_drives_load() {
+    let (via_lingo, lingo_state) = lingo_over_vllm().await;
+    let mut targets: Vec<(Dialect, String, Arc<MockState>)> = Dialect::ALL
+        .into_iter()
+        .map(|d| (d, via_lingo.clone(), lingo_state.clone()))
+        .collect();
+    for (dialect, kind) in [
+        (Dialect::Tgi, MockKind::Tgi),
+        (Dialect::Llamacpp, MockKind::Llamacpp),
+        (Dialect::OllamaGenerate, MockKind::Ollama),
+        (Dialect::OllamaChat, MockKind::Ollama),
+    ] {
+        let (url, state) = mock(MockConfig {
+            kind,
+            ..MockConfig::default()
+        })
+        .await;
+        targets.push((dialect, url, state));
+    }
+    for (dialect, url, state) in targets {
+        for stream in [true, false] {
+            let mut cfg = config(&url, dialect);
+            cfg.stream = stream;
+            let before = state.stats().completion_tokens;
+            let levels = run(&cfg).await.unwrap();
+            let what = format!("{} at {url}, stream={stream}", dialect.label());
+            for l in &levels {
+                assert_eq!((l.ok(), l.fail()), (7, 0), "{what}: {:?}", l.errors());
+            }
+            let counted: u64 = all_results(&levels).map(|r| r.output_tokens).sum();
+            let warmup = state.stats().completion_tokens - before - counted;
+            assert!(
+                all_results(&levels).all(|r| r.output_tokens >= 1 && r.output_tokens <= 16),
+                "{what}: {:?}",
+                all_results(&levels)
+                    .map(|r| (r.output_tokens, r.estimated))
+                    .collect::<Vec<_>>()
+            );
+            assert!(
+                warmup <= 16,
+                "{what}: the driver counts what the upstream generated"
+            );
+        }
+    }
+}

@@ -61,11 +61,13 @@ impl Target {
                 Ok(b) => self.dialect.decode_error(&b),
                 Err(e) => e.to_string(),
             };
-            return failed(
-                ErrorKind::Http(status.as_u16()),
-                format!("HTTP {}: {message}", status.as_u16()),
-                t0.elapsed(),
-            );
+            // An empty error body (a 404 for an endpoint the server lacks) says nothing:
+            // name the endpoint instead.
+            let text = match message.trim() {
+                "" => format!("HTTP {} from POST {path}", status.as_u16()),
+                m => format!("HTTP {}: {m}", status.as_u16()),
+            };
+            return failed(ErrorKind::Http(status.as_u16()), text, t0.elapsed());
         }
         if self.stream {
             self.read_stream(resp, t0).await

@@ -44,6 +44,13 @@ impl Level {
                 let mut r = self.target.send(item.body, t0).await;
                 r.input_len = item.input_len;
                 r.output_len = item.output_len;
+                // A whole answer without counts or token ids (vLLM's legacy server): with
+                // `ignore_eos` the server generated exactly what was asked (still marked
+                // estimated).
+                let uncounted = r.ok && r.estimated && r.output_tokens == 0;
+                if uncounted && self.workload.shapes.ignore_eos {
+                    r.output_tokens = u64::from(item.output_len);
+                }
                 r
             }
             Err(e) => failed(ErrorKind::Build, format!("{e:#}"), Duration::ZERO),

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # lingo in front of a real llama-server (llama.cpp, Gemma 3 270M): every client dialect once,
 # streaming and not, with token counts checked against llama.cpp's own (`/metrics`
-# llamacpp:tokens_predicted_total), plus the real server's quirks lingo relies on.
+# llamacpp:tokens_predicted_total), the real server's quirks lingo relies on, then the
+# official Python SDKs (openai, anthropic, ollama, text-generation) through lingo.
 # Skips (exit 0) when /opt/llama-server/llama-server is not installed
 # (shared/tools/llama-server/install.sh installs it). Talks to 127.0.0.1 only; bounded.
 #   LLAMA_HOME (/opt/llama-server)  LINGO (target/debug/lingo, built if missing)
@@ -38,7 +39,8 @@ curl -sf "$UP/health" >/dev/null || { echo "llama-server did not start"; cat "$L
 PX=http://127.0.0.1:$PPORT
 for _ in $(seq 100); do curl -sf "$PX/v1/models" >/dev/null 2>&1 && break; sleep 0.1; done
 
-python3 - "$UP" "$PX" <<'PY'
+rc=0
+python3 - "$UP" "$PX" <<'PY' || rc=1
 import json, sys, urllib.request
 
 UP, PX = sys.argv[1], sys.argv[2]
@@ -178,3 +180,24 @@ check("/v1/models says owned_by llamacpp", json.loads(models)["data"][0]["owned_
 print(f"{passes[0]} passed, {len(failures)} failed")
 sys.exit(1 if failures else 0)
 PY
+
+# The official SDKs (and TGI's client) through lingo, as in CI against the mocks, with what a
+# real llama.cpp does differently: its OpenAI routes answer `stop` for EOS and stop strings
+# alike (so Anthropic cannot be told which stop matched), and cannot keep a stop string in
+# the text (so a TGI client's `stop` is refused by name). Skipped when an SDK is missing.
+MODEL=gemma3-270m
+sdk() {
+  local out
+  if out=$(timeout 300 python3 "tests/python/$1" --base "$PX" --model "$MODEL" "${@:2}" 2>&1); then
+    echo "ok   $1: ${out##*$'\n'}"
+  elif [[ $? -eq 3 ]]; then
+    echo "skip $1: ${out##*$'\n'}"
+  else
+    echo "FAIL $1:"; echo "$out" | tail -15; rc=1
+  fi
+}
+sdk openai_sdk_client.py
+sdk anthropic_sdk_client.py --vague-stop
+sdk ollama_sdk_client.py
+sdk tgi_sdk_client.py --refuses-stop
+exit $rc

@@ -26,6 +26,9 @@ def main():
     ap.add_argument("--model", required=True)
     ap.add_argument("--strict-model", action="store_true",
                     help="the upstream rejects unknown models (vLLM does, SGLang does not)")
+    ap.add_argument("--vague-stop", action="store_true",
+                    help="the upstream does not say which stop ended the text (llama.cpp's "
+                         "OpenAI routes answer `stop` for EOS and stop strings alike)")
     args = ap.parse_args()
     client = anthropic.Anthropic(base_url=args.base, api_key="unused", max_retries=0)
     messages = [{"role": "user", "content": "hello there"}]
@@ -51,7 +54,10 @@ def main():
     assert final.content[0].text == full_text, final
     assert final.stop_reason == "max_tokens", final
     assert final.usage.output_tokens == N, final.usage
-    assert final.usage.input_tokens == m.usage.input_tokens, (final.usage, m.usage)
+    # Anthropic's input_tokens leaves out cache reads; a server with prompt caching (llama.cpp)
+    # reads the repeated prompt from its cache the second time.
+    prompt = lambda u: u.input_tokens + (u.cache_read_input_tokens or 0)
+    assert prompt(final.usage) == prompt(m.usage), (final.usage, m.usage)
 
     # Raw events: the documented order (the SDK drops `ping` events itself).
     kinds = [e.type for e in client.messages.create(model=args.model, max_tokens=3,
@@ -62,7 +68,11 @@ def main():
     assert kinds.count("content_block_delta") == 3, kinds
 
     # A stop sequence taken from the output: the text stops before it, and it is named.
-    stop = " " + full_text.split()[2]
+    # (A real model's short answer may have fewer than three words: then two characters from
+    # its middle.)
+    words = full_text.split()
+    mid = len(full_text) // 2
+    stop = " " + words[2] if len(words) >= 3 else full_text[mid:mid + 2]
     for stream in (False, True):
         kwargs = dict(model=args.model, max_tokens=N, messages=messages,
                       system="be brief", stop_sequences=[stop], extra_body=FIXED)
@@ -71,8 +81,11 @@ def main():
                 r = s.get_final_message()
         else:
             r = client.messages.create(**kwargs)
-        assert r.stop_reason == "stop_sequence", r
-        assert r.stop_sequence == stop, r
+        if args.vague_stop:
+            assert r.stop_reason in ("stop_sequence", "end_turn"), r
+        else:
+            assert r.stop_reason == "stop_sequence", r
+            assert r.stop_sequence == stop, r
         text = r.content[0].text
         assert full_text.startswith(text) and stop not in text, (text, full_text)
 

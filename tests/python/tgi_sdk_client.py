@@ -29,6 +29,10 @@ def check(what, cond, detail=""):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--base", required=True)
+    ap.add_argument("--model", help="ignored: TGI serves one model")
+    ap.add_argument("--refuses-stop", action="store_true",
+                    help="the upstream cannot keep a stop sequence in the text as TGI does "
+                         "(llama.cpp): lingo must refuse `stop` by name")
     args = ap.parse_args()
     client = text_generation.Client(args.base, timeout=30)
 
@@ -60,9 +64,16 @@ def main():
           full.generated_text)
 
     stop_word = r.generated_text.split()[2]
-    s = client.generate(PROMPT, max_new_tokens=N, stop_sequences=[stop_word])
-    check("stop sequence", s.details.finish_reason.value == "stop_sequence", s.details)
-    check("stopped early", s.details.generated_tokens < N, s.details)
+    if args.refuses_stop:
+        try:
+            client.generate(PROMPT, max_new_tokens=N, stop_sequences=[stop_word])
+            check("stop refused", False, "no error")
+        except ValidationError as e:
+            check("the refusal names stop", "stop" in str(e), e)
+    else:
+        s = client.generate(PROMPT, max_new_tokens=N, stop_sequences=[stop_word])
+        check("stop sequence", s.details.finish_reason.value == "stop_sequence", s.details)
+        check("stopped early", s.details.generated_tokens < N, s.details)
 
     try:
         client.generate(PROMPT, max_new_tokens=N, temperature=0.0, do_sample=True)

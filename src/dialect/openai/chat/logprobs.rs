@@ -1,4 +1,5 @@
-//! Chat logprobs: `{content: [{token, logprob, bytes, top_logprobs: [...]}]}`.
+//! Chat logprobs: `{content: [{token, logprob, bytes, top_logprobs: [...]}]}`. llama.cpp
+//! answers completions in this shape too, with each token's `id`.
 
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -9,12 +10,16 @@ use crate::model::TokenLogprob;
 struct TopWire {
     token: String,
     logprob: f64,
+    /// llama.cpp's.
+    id: Option<u32>,
 }
 
 #[derive(Debug, Deserialize)]
 struct EntryWire {
     token: String,
     logprob: f64,
+    /// llama.cpp's.
+    id: Option<u32>,
     #[serde(default)]
     top_logprobs: Vec<TopWire>,
 }
@@ -35,12 +40,12 @@ pub fn logprobs_from_value(v: Value, ids: Option<&[u32]>) -> Vec<TokenLogprob> {
         .enumerate()
         .map(|(i, e)| TokenLogprob {
             token: Some(e.token),
-            token_id: ids.and_then(|ids| ids.get(i).copied()),
+            token_id: ids.and_then(|ids| ids.get(i).copied()).or(e.id),
             logprob: e.logprob,
             top: e
                 .top_logprobs
                 .into_iter()
-                .map(|t| (Some(t.token), None, t.logprob))
+                .map(|t| (Some(t.token), t.id, t.logprob))
                 .collect(),
         })
         .collect()

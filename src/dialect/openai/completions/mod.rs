@@ -14,6 +14,10 @@ pub fn logprobs_from_value(
     v: serde_json::Value,
     ids: Option<&[u32]>,
 ) -> Vec<crate::model::TokenLogprob> {
+    // llama.cpp answers completions with chat-shaped logprobs (`content`).
+    if v.get("content").is_some() {
+        return crate::dialect::openai::chat::logprobs_from_value(v, ids);
+    }
     serde_json::from_value::<logprobs::LogprobsWire>(v)
         .map(|w| logprobs::from_wire(w, ids))
         .unwrap_or_default()

@@ -105,6 +105,12 @@ pub fn encode_request(req: &Request, flavor: Flavor) -> Result<Vec<u8>, ProxyErr
     }
     write_sampling(&req.sampling, &mut m, flavor)?;
     if let Some(k) = req.logprobs {
+        // llama.cpp gives no logprobs at all for 0: ask for the sampled token's at least.
+        let k = if flavor == Flavor::Llamacpp {
+            k.max(1)
+        } else {
+            k
+        };
         m.insert("logprobs".into(), json!(k));
     }
     if flavor == Flavor::Vllm {

@@ -3,7 +3,7 @@
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::logprobs::{self, LogprobsWire};
+use super::logprobs;
 use crate::dialect::openai::wire::{finish_from_wire, finish_to_wire, usage_json, UsageWire};
 use crate::dialect::Ctx;
 use crate::error::ProxyError;
@@ -19,7 +19,8 @@ struct ChoiceWire {
     stop_reason: Option<Value>,
     /// SGLang's OpenAI routes name the matched stop this way.
     matched_stop: Option<Value>,
-    logprobs: Option<LogprobsWire>,
+    /// OpenAI's completions shape, or llama.cpp's chat-shaped one.
+    logprobs: Option<Value>,
     token_ids: Option<Vec<u32>>,
     prompt_token_ids: Option<Vec<u32>>,
 }
@@ -48,7 +49,8 @@ pub fn decode_response(body: &[u8]) -> Result<Response, ProxyError> {
             ),
             logprobs: c
                 .logprobs
-                .map(|l| logprobs::from_wire(l, c.token_ids.as_deref())),
+                .filter(|l| !l.is_null())
+                .map(|l| super::logprobs_from_value(l, c.token_ids.as_deref())),
             // With vLLM's `return_token_ids` each choice's counts are exact.
             usage: match (&c.prompt_token_ids, &c.token_ids) {
                 (Some(p), Some(t)) => Some(Usage {

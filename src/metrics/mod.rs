@@ -225,14 +225,15 @@ impl Metrics {
 
     /// A chunk of `tokens` tokens arrived `gap` seconds after the previous one: `tokens`
     /// observations of `gap / tokens` (token-weighted, so multi-token chunks don't inflate ITL).
-    pub fn observe_itl(&self, r: &RequestRecord, gap: f64, tokens: u32) {
+    pub fn observe_itl(&self, r: &mut RequestRecord, gap: f64, tokens: u32) {
         if self.off {
             return;
         }
         let l = &r.labels;
-        let h = self
-            .itl
-            .with_label_values(&[l.dialect, &l.upstream, &l.model]);
+        let h = r.itl.get_or_insert_with(|| {
+            self.itl
+                .with_label_values(&[l.dialect, &l.upstream, &l.model])
+        });
         let each = gap / f64::from(tokens.max(1));
         for _ in 0..tokens {
             h.observe(each);

@@ -56,6 +56,9 @@ pub struct RequestRecord {
     /// Time spent waiting on the upstream (headers plus body reads).
     pub upstream_wait: Duration,
     pub ended: Option<Instant>,
+    /// This request's inter-token histogram, looked up once (at its first gap) rather than
+    /// hashed out of the label set at every token.
+    pub itl: Option<prometheus::Histogram>,
 }
 
 impl RequestRecord {
@@ -83,6 +86,7 @@ impl RequestRecord {
             upstream_headers: None,
             upstream_wait: Duration::ZERO,
             ended: None,
+            itl: None,
         }
     }
 

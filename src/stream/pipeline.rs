@@ -7,7 +7,7 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use futures_util::Stream;
+use futures_util::{FutureExt, Stream};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 
@@ -47,6 +47,8 @@ struct State {
     saw_end: bool,
     finished: bool,
     wait: Duration,
+    /// The body's end or error, seen while collecting ready chunks.
+    pending: Option<Option<Result<http_body::Frame<Bytes>, hyper::Error>>>,
 }
 
 /// Build the client-facing stream over an upstream body.
@@ -71,6 +73,7 @@ pub fn pipeline(
         saw_end: false,
         finished: false,
         wait: header_wait,
+        pending: None,
     };
     futures_util::stream::unfold(state, |mut st| async move {
         loop {
@@ -86,14 +89,22 @@ pub fn pipeline(
 }
 
 impl State {
-    /// Read one upstream chunk and queue what it produces.
+    /// Read one upstream chunk, with every chunk already received behind it, and queue what
+    /// they produce.
     async fn step(&mut self) {
-        let t0 = Instant::now();
-        let next = self.body.frame().await;
-        self.wait += t0.elapsed();
+        let next = match self.pending.take() {
+            Some(next) => next,
+            None => {
+                let t0 = Instant::now();
+                let next = self.body.frame().await;
+                self.wait += t0.elapsed();
+                next
+            }
+        };
         match next {
             Some(Ok(frame)) => {
                 if let Ok(data) = frame.into_data() {
+                    let data = self.with_ready(data);
                     self.chunk(data, false);
                 }
             }
@@ -102,6 +113,32 @@ impl State {
             ))),
             None => self.chunk(Bytes::new(), true),
         }
+    }
+
+    /// Append the body chunks that are ready now, without waiting for any. Servers write an
+    /// HTTP chunk per event, so one socket read often holds many: handling them together
+    /// gives the client one write instead of one per event, and holds nothing back.
+    fn with_ready(&mut self, first: Bytes) -> Bytes {
+        let mut joined: Option<BytesMut> = None;
+        loop {
+            match self.body.frame().now_or_never() {
+                // Not ready: what is here goes out now.
+                None => break,
+                Some(Some(Ok(frame))) => {
+                    if let Ok(data) = frame.into_data() {
+                        joined
+                            .get_or_insert_with(|| BytesMut::from(&first[..]))
+                            .extend_from_slice(&data);
+                    }
+                }
+                // The end or an error: handled by the next step, after this data.
+                Some(end_or_error) => {
+                    self.pending = Some(end_or_error);
+                    break;
+                }
+            }
+        }
+        joined.map_or(first, BytesMut::freeze)
     }
 
     fn chunk(&mut self, data: Bytes, eof: bool) {

@@ -89,6 +89,9 @@ pub async fn handle(
     let send_model = upstream_model(st, kind, dialect, peek.model.as_deref()).await;
     let body = match (&send_model, strip_usage) {
         (None, false) => body,
+        (None, true) if peek.stream_options.is_none() && is_object(&body) => {
+            with_usage_option(&body)
+        }
         (model, _) => match rewrite_request(&body, model.as_deref(), strip_usage) {
             Ok(b) => b,
             Err(e) => return respond::error(st, rec, dialect, &e),
@@ -164,6 +167,30 @@ fn summarize(dialect: Dialect, status: StatusCode, bytes: &[u8], sent: Instant) 
     s
 }
 
+/// Ask for usage in a stream whose request has no `stream_options` (most OpenAI clients):
+/// the key goes in front of the body's own, which leaves the rest byte for byte as the client
+/// sent it and saves parsing and writing the whole request again.
+fn with_usage_option(body: &[u8]) -> Bytes {
+    let open = body.iter().position(|b| *b == b'{').unwrap_or(0);
+    let rest = &body[open + 1..];
+    let empty = rest.iter().all(|b| b.is_ascii_whitespace() || *b == b'}');
+    let option: &[u8] = if empty {
+        br#"{"stream_options":{"include_usage":true}"#
+    } else {
+        br#"{"stream_options":{"include_usage":true},"#
+    };
+    let mut out = Vec::with_capacity(body.len() + option.len());
+    out.extend_from_slice(option);
+    out.extend_from_slice(rest);
+    Bytes::from(out)
+}
+
+/// Whether a body that parsed as `Peek` is a JSON object (serde also reads structs from
+/// arrays).
+fn is_object(body: &[u8]) -> bool {
+    body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{')
+}
+
 /// Replace the request's `model` (an alias) with the upstream's name, and ask for usage in
 /// the stream.
 fn rewrite_request(body: &[u8], model: Option<&str>, usage: bool) -> Result<Bytes, ProxyError> {
@@ -182,4 +209,25 @@ fn rewrite_request(body: &[u8], model: Option<&str>, usage: bool) -> Result<Byte
     serde_json::to_vec(&v)
         .map(Bytes::from)
         .map_err(|e| ProxyError::Internal(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_usage_option_goes_in_front_and_the_rest_is_untouched() {
+        let body = br#" {"model": "m",  "stream": true}"#;
+        assert!(is_object(body));
+        let out = with_usage_option(body);
+        assert_eq!(
+            &out[..],
+            br#"{"stream_options":{"include_usage":true},"model": "m",  "stream": true}"#
+        );
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["stream_options"]["include_usage"], true);
+        let empty: Value = serde_json::from_slice(&with_usage_option(b"{ }")).unwrap();
+        assert_eq!(empty["stream_options"]["include_usage"], true);
+        assert!(!is_object(b"[null, true]"));
+    }
 }

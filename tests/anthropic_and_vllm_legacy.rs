@@ -47,7 +47,7 @@ async fn slow_vllm() -> (Mock, String) {
 }
 
 async fn post_text(url: String, body: &Value) -> (u16, String) {
-    let r = client().post(url).json(body).send().await.unwrap();
+    let r = post_json(&url, body).await;
     (r.status().as_u16(), r.text().await.unwrap())
 }
 
@@ -96,12 +96,7 @@ async fn anthropic_stream_never_waits_for_later_tokens() {
     let base = lingo(config_for(&mock.url(), KindSetting::Vllm)).await;
     let k = 3;
     mock.state.hold_after(k);
-    let resp = client()
-        .post(format!("{base}/v1/messages"))
-        .json(&messages(true, 10))
-        .send()
-        .await
-        .unwrap();
+    let resp = post_json(&format!("{base}/v1/messages"), &messages(true, 10)).await;
     let mut body = resp.bytes_stream();
     let mut buf = String::new();
     let deltas = |buf: &str| buf.matches("event: content_block_delta").count();
@@ -180,12 +175,7 @@ async fn vllm_legacy_errors_and_content_types() {
         "{v}"
     );
 
-    let r = client()
-        .post(&url)
-        .json(&legacy(true, 3))
-        .send()
-        .await
-        .unwrap();
+    let r = post_json(&url, &legacy(true, 3)).await;
     assert_eq!(r.headers()["content-type"], "application/json");
     let body = r.text().await.unwrap();
     assert_eq!(body.lines().count(), 3, "{body}");

@@ -15,17 +15,10 @@
 mod common;
 
 use common::*;
-use lingo::mock::{MockConfig, MockKind};
+use lingo::mock::MockKind;
 use serde_json::{json, Value};
 
-const KINDS: [MockKind; 6] = [
-    MockKind::Vllm,
-    MockKind::Sglang,
-    MockKind::Tgi,
-    MockKind::Llamacpp,
-    MockKind::Ollama,
-    MockKind::Openai,
-];
+const KINDS: [MockKind; 6] = MockKind::ALL;
 
 /// A client dialect: its endpoint, a minimal valid request, and the fields to try, each as
 /// `(name in the table, JSON merged into the request)`.
@@ -404,29 +397,9 @@ fn key(name: &str) -> &str {
     bare.rsplit('.').next().unwrap()
 }
 
-/// Every upstream kind, behind its own lingo.
-async fn upstreams() -> Vec<(MockKind, Mock, String)> {
-    let mut v = Vec::new();
-    for kind in KINDS {
-        let mock = mock_with(MockConfig {
-            kind,
-            ..MockConfig::default()
-        })
-        .await;
-        let base = lingo(config_for(&mock.url(), kind_setting(kind))).await;
-        v.push((kind, mock, base));
-    }
-    v
-}
-
 async fn outcome(mock: &Mock, base: &str, path: &str, body: &Value, name: &str) -> String {
     let failed_before = mock.state.stats().failed;
-    let resp = client()
-        .post(format!("{base}{path}"))
-        .json(body)
-        .send()
-        .await
-        .unwrap();
+    let resp = post_json(&format!("{base}{path}"), body).await;
     let status = resp.status().as_u16();
     let text = resp.text().await.unwrap();
     let upstream_refused = mock.state.stats().failed > failed_before;
@@ -509,7 +482,7 @@ const END: &str = "<!-- compat:end -->";
 
 #[tokio::test]
 async fn docs_table_matches_what_lingo_does() {
-    let ups = upstreams().await;
+    let ups = every_kind_behind_lingo().await;
     let mut generated = format!("\n{}", routes());
     for c in CLIENTS {
         generated.push('\n');

@@ -43,12 +43,7 @@ async fn token_totals_per_dialect_match_the_upstream() {
             for stream in [false, true] {
                 let max = 3 + i as u64;
                 let (path, body) = request(d, stream, max);
-                let r = client()
-                    .post(format!("{base}{path}"))
-                    .json(&body)
-                    .send()
-                    .await
-                    .unwrap();
+                let r = post_json(&format!("{base}{path}"), &body).await;
                 assert_eq!(r.status(), 200);
                 r.text().await.unwrap();
             }
@@ -109,21 +104,13 @@ async fn injected_usage_chunk_is_removed_but_counted() {
         let mock = mock(MockKind::Vllm).await;
         let base = lingo(config_for(&mock.url(), KindSetting::Vllm)).await;
         let (_, body) = request(dialect, true, 6);
-        let direct = client()
-            .post(format!("{}{path}", mock.url()))
-            .json(&body)
-            .send()
+        let direct = post_json(&format!("{}{path}", mock.url()), &body)
             .await
-            .unwrap()
             .text()
             .await
             .unwrap();
-        let via = client()
-            .post(format!("{base}{path}"))
-            .json(&body)
-            .send()
+        let via = post_json(&format!("{base}{path}"), &body)
             .await
-            .unwrap()
             .text()
             .await
             .unwrap();
@@ -206,12 +193,11 @@ async fn errors_and_cancellations_are_counted_by_outcome() {
         .await
         .unwrap();
     assert_eq!(r.status(), 400);
-    let r = client()
-        .post(format!("{base}/v1/completions"))
-        .json(&json!({"model": "nope", "prompt": "a"}))
-        .send()
-        .await
-        .unwrap();
+    let r = post_json(
+        &format!("{base}/v1/completions"),
+        &json!({"model": "nope", "prompt": "a"}),
+    )
+    .await;
     assert_eq!(r.status(), 404);
     r.bytes().await.unwrap();
     let text = scrape(&base).await;
@@ -242,12 +228,7 @@ async fn vllm_compatible_names_and_the_request_log() {
     let base = lingo(cfg).await;
     for stream in [false, true] {
         let (path, body) = request("sglang", stream, 5);
-        let r = client()
-            .post(format!("{base}{path}"))
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
+        let r = post_json(&format!("{base}{path}"), &body).await;
         r.text().await.unwrap();
     }
     let text = scrape(&base).await;
@@ -326,12 +307,7 @@ async fn tgi_counts_come_from_its_header_and_final_details() {
         ("/generate", sglang(true)),
     ];
     for (path, body) in requests {
-        let resp = client()
-            .post(format!("{base}{path}"))
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
+        let resp = post_json(&format!("{base}{path}"), &body).await;
         assert_eq!(resp.status(), 200, "{path}");
         resp.text().await.unwrap();
     }

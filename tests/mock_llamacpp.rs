@@ -12,12 +12,7 @@ use serde_json::{json, Value};
 const PROMPT: &str = "the quick brown fox";
 
 async fn post(mock: &Mock, path: &str, body: Value) -> (u16, String) {
-    let resp = client()
-        .post(format!("{}{path}", mock.url()))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+    let resp = post_json(&format!("{}{path}", mock.url()), &body).await;
     (resp.status().as_u16(), resp.text().await.unwrap())
 }
 

@@ -14,12 +14,7 @@ async fn tgi() -> Mock {
 }
 
 async fn post(m: &Mock, path: &str, body: Value) -> reqwest::Response {
-    client()
-        .post(format!("{}{path}", m.url()))
-        .json(&body)
-        .send()
-        .await
-        .unwrap()
+    post_json(&format!("{}{path}", m.url()), &body).await
 }
 
 /// The raw text of a stream, checked for TGI's framing: `data:{` with no space, no `[DONE]`.

@@ -32,12 +32,7 @@ fn with_key(url: &str, kind: KindSetting, var: &str) -> Config {
 }
 
 async fn post(base: &str, path: &str, body: Value) -> (u16, Value) {
-    let r = client()
-        .post(format!("{base}{path}"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+    let r = post_json(&format!("{base}{path}"), &body).await;
     (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
 }
 
@@ -73,12 +68,7 @@ async fn without_a_key_lingo_forwards_the_clients_credentials() {
     let mock = openai_mock(Some(KEY)).await;
     let base = lingo(config_for(&mock.url(), KindSetting::Openai)).await;
     let body = json!({"model": "mock-model", "prompt": "a b", "max_tokens": 2});
-    let no_key = client()
-        .post(format!("{base}/v1/completions"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+    let no_key = post_json(&format!("{base}/v1/completions"), &body).await;
     assert_eq!(
         no_key.status(),
         401,
@@ -164,12 +154,7 @@ async fn streams_are_counted_from_the_final_usage() {
     let base = lingo(config_for(&mock.url(), KindSetting::Openai)).await;
     let body = json!({"text": "a b c", "stream": true,
                       "sampling_params": {"max_new_tokens": 5}});
-    let r = client()
-        .post(format!("{base}/generate"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+    let r = post_json(&format!("{base}/generate"), &body).await;
     assert_eq!(r.status(), 200);
     let events = sse_events(&r.text().await.unwrap());
     let last = &events[events.len() - 2];

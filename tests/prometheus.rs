@@ -522,14 +522,7 @@ async fn dashboard_queries_answer_from_a_real_prometheus() {
     );
 
     // Every metric lingo exports has a place on the dashboard.
-    let exposition = client()
-        .get(format!("{base}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let exposition = scrape(&base).await;
     let all_exprs: String = queries(&d).into_iter().map(|q| q.expr + "\n").collect();
     for family in exposition
         .lines()

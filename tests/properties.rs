@@ -12,18 +12,11 @@ use std::sync::OnceLock;
 
 use common::readers::*;
 use common::*;
-use lingo::mock::{MockConfig, MockKind};
+use lingo::mock::MockKind;
 use proptest::prelude::*;
 use serde_json::{json, Value};
 
-const KINDS: [MockKind; 6] = [
-    MockKind::Vllm,
-    MockKind::Sglang,
-    MockKind::Tgi,
-    MockKind::Llamacpp,
-    MockKind::Ollama,
-    MockKind::Openai,
-];
+const KINDS: [MockKind; 6] = MockKind::ALL;
 
 /// Client dialects by endpoint (TGI three ways: `/generate`, `/generate_stream`, `/`).
 const DIALECTS: [&str; 12] = [
@@ -254,19 +247,7 @@ fn servers() -> &'static Servers {
             .enable_all()
             .build()
             .unwrap();
-        let by_kind = rt.block_on(async {
-            let mut v = Vec::new();
-            for kind in KINDS {
-                let mock = mock_with(MockConfig {
-                    kind,
-                    ..MockConfig::default()
-                })
-                .await;
-                let base = lingo(config_for(&mock.url(), kind_setting(kind))).await;
-                v.push((kind, mock, base));
-            }
-            v
-        });
+        let by_kind = rt.block_on(every_kind_behind_lingo());
         Servers { rt, by_kind }
     })
 }
@@ -277,12 +258,7 @@ async fn check(s: &Spec, mock: &Mock, base: &str) -> Result<(), TestCaseError> {
     let (path, body) = request(s);
     let before = mock.state.stats();
     let metrics_before = sum(&scrape(base).await, "lingo_generation_tokens_total", &[]);
-    let resp = client()
-        .post(format!("{base}{path}"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+    let resp = post_json(&format!("{base}{path}"), &body).await;
     let status = resp.status().as_u16();
     let header_tokens = resp
         .headers()

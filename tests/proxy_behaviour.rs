@@ -38,12 +38,7 @@ async fn streaming_never_buffers() {
     let (mock, base) = vllm_pair().await;
     let k = 3;
     mock.state.hold_after(k);
-    let resp = client()
-        .post(format!("{base}/generate"))
-        .json(&generate(true, 10))
-        .send()
-        .await
-        .unwrap();
+    let resp = post_json(&format!("{base}/generate"), &generate(true, 10)).await;
     let mut body = resp.bytes_stream();
     let mut buf = String::new();
     // The mock is holding after token k: the client must already have tokens 1..k. If lingo
@@ -81,12 +76,7 @@ async fn client_disconnect_aborts_upstream() {
     })
     .await;
     let base = lingo(config_for(&mock.url(), KindSetting::Vllm)).await;
-    let resp = client()
-        .post(format!("{base}/generate"))
-        .json(&generate(true, 500))
-        .send()
-        .await
-        .unwrap();
+    let resp = post_json(&format!("{base}/generate"), &generate(true, 500)).await;
     let mut body = resp.bytes_stream();
     body.next().await.unwrap().unwrap();
     drop(body);
@@ -109,12 +99,11 @@ async fn malformed_json_gets_each_dialects_error_shape() {
     assert_eq!(r.status(), 400);
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["object"], "error", "SGLang's flat validation shape: {v}");
-    let r = client()
-        .post(format!("{base}/generate"))
-        .json(&json!({"text": "x", "sampling_params": {"temperature": "hot"}}))
-        .send()
-        .await
-        .unwrap();
+    let r = post_json(
+        &format!("{base}/generate"),
+        &json!({"text": "x", "sampling_params": {"temperature": "hot"}}),
+    )
+    .await;
     assert_eq!(r.status(), 400);
     let v: Value = r.json().await.unwrap();
     assert!(
@@ -125,12 +114,11 @@ async fn malformed_json_gets_each_dialects_error_shape() {
         "{v}"
     );
     for path in ["/v1/completions", "/v1/chat/completions"] {
-        let r = client()
-            .post(format!("{base}{path}"))
-            .json(&json!({"model": "mock-model", "prompt": "x", "stream": "yes"}))
-            .send()
-            .await
-            .unwrap();
+        let r = post_json(
+            &format!("{base}{path}"),
+            &json!({"model": "mock-model", "prompt": "x", "stream": "yes"}),
+        )
+        .await;
         assert_eq!(r.status(), 400, "{path}");
         let v: Value = r.json().await.unwrap();
         assert_eq!(v["error"]["param"], "stream", "{path}: {v}");
@@ -141,12 +129,11 @@ async fn malformed_json_gets_each_dialects_error_shape() {
 #[tokio::test]
 async fn unhonourable_field_is_refused_by_name() {
     let (mock, base) = vllm_pair().await;
-    let r = client()
-        .post(format!("{base}/generate"))
-        .json(&json!({"text": "x", "sampling_params": {"stop_regex": "a+"}}))
-        .send()
-        .await
-        .unwrap();
+    let r = post_json(
+        &format!("{base}/generate"),
+        &json!({"text": "x", "sampling_params": {"stop_regex": "a+"}}),
+    )
+    .await;
     assert_eq!(r.status(), 400);
     let v: Value = r.json().await.unwrap();
     assert!(
@@ -166,12 +153,11 @@ async fn unhonourable_field_is_refused_by_name() {
 #[tokio::test]
 async fn upstream_4xx_is_translated_with_its_message() {
     let (_mock, base) = vllm_pair().await;
-    let r = client()
-        .post(format!("{base}/generate"))
-        .json(&json!({"text": "x", "lora_path": "no-such-adapter"}))
-        .send()
-        .await
-        .unwrap();
+    let r = post_json(
+        &format!("{base}/generate"),
+        &json!({"text": "x", "lora_path": "no-such-adapter"}),
+    )
+    .await;
     assert_eq!(r.status(), 404);
     let v: Value = r.json().await.unwrap();
     let msg = v["error"]["message"].as_str().unwrap();
@@ -189,12 +175,11 @@ async fn unreachable_upstream_is_502_and_timeout_is_504() {
         l.local_addr().unwrap()
     };
     let base = lingo(config_for(&format!("http://{dead}"), KindSetting::Vllm)).await;
-    let r = client()
-        .post(format!("{base}/v1/completions"))
-        .json(&json!({"model": "m", "prompt": "x"}))
-        .send()
-        .await
-        .unwrap();
+    let r = post_json(
+        &format!("{base}/v1/completions"),
+        &json!({"model": "m", "prompt": "x"}),
+    )
+    .await;
     assert_eq!(r.status(), 502);
     let v: Value = r.json().await.unwrap();
     assert!(v["error"]["message"].is_string());
@@ -209,12 +194,7 @@ async fn unreachable_upstream_is_502_and_timeout_is_504() {
     cfg.timeouts.response_headers = Duration::from_millis(200);
     cfg.upstream.model = Some("mock-model".into());
     let base = lingo(cfg).await;
-    let r = client()
-        .post(format!("{base}/generate"))
-        .json(&generate(false, 4))
-        .send()
-        .await
-        .unwrap();
+    let r = post_json(&format!("{base}/generate"), &generate(false, 4)).await;
     assert_eq!(r.status(), 504);
     let v: Value = r.json().await.unwrap();
     assert!(
@@ -238,12 +218,8 @@ async fn failure_mid_stream_is_an_in_band_error_then_a_clean_end() {
     .await;
     let base = lingo(config_for(&mock.url(), KindSetting::Vllm)).await;
     mock.state.fail_next_stream(2, FailMode::ErrorEvent);
-    let body = client()
-        .post(format!("{base}/generate"))
-        .json(&generate(true, 10))
-        .send()
+    let body = post_json(&format!("{base}/generate"), &generate(true, 10))
         .await
-        .unwrap()
         .text()
         .await
         .unwrap();
@@ -257,12 +233,8 @@ async fn failure_mid_stream_is_an_in_band_error_then_a_clean_end() {
     );
 
     mock.state.fail_next_stream(2, FailMode::Abort);
-    let body = client()
-        .post(format!("{base}/generate"))
-        .json(&generate(true, 10))
-        .send()
+    let body = post_json(&format!("{base}/generate"), &generate(true, 10))
         .await
-        .unwrap()
         .text()
         .await
         .unwrap();
@@ -354,12 +326,8 @@ async fn model_alias_is_rewritten_both_ways() {
     cfg.models.insert("qwen".into(), "mock-model".into());
     let base = lingo(cfg).await;
     let req = json!({"model": "qwen", "prompt": "a b", "max_tokens": 3, "ignore_eos": true});
-    let v: Value = client()
-        .post(format!("{base}/v1/completions"))
-        .json(&req)
-        .send()
+    let v: Value = post_json(&format!("{base}/v1/completions"), &req)
         .await
-        .unwrap()
         .json()
         .await
         .unwrap();
@@ -367,12 +335,8 @@ async fn model_alias_is_rewritten_both_ways() {
     assert_eq!(v["usage"]["completion_tokens"], 3);
     let mut req = req;
     req["stream"] = json!(true);
-    let body = client()
-        .post(format!("{base}/v1/completions"))
-        .json(&req)
-        .send()
+    let body = post_json(&format!("{base}/v1/completions"), &req)
         .await
-        .unwrap()
         .text()
         .await
         .unwrap();
@@ -400,20 +364,10 @@ async fn model_alias_is_rewritten_both_ways() {
 async fn model_list_is_refreshed_when_the_upstream_says_not_found() {
     let (mock, base) = vllm_pair().await;
     // Warm lingo's view of the upstream's models, then let the upstream "switch models".
-    let r = client()
-        .post(format!("{base}/generate"))
-        .json(&generate(false, 2))
-        .send()
-        .await
-        .unwrap();
+    let r = post_json(&format!("{base}/generate"), &generate(false, 2)).await;
     assert_eq!(r.status(), 200);
     mock.state.set_model("renamed-model");
-    let r = client()
-        .post(format!("{base}/generate"))
-        .json(&generate(false, 2))
-        .send()
-        .await
-        .unwrap();
+    let r = post_json(&format!("{base}/generate"), &generate(false, 2)).await;
     assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
 }
 
@@ -421,12 +375,7 @@ async fn model_list_is_refreshed_when_the_upstream_says_not_found() {
 async fn metrics_count_the_upstreams_tokens() {
     let (_mock, base) = vllm_pair().await;
     for stream in [false, true] {
-        let r = client()
-            .post(format!("{base}/generate"))
-            .json(&generate(stream, 5))
-            .send()
-            .await
-            .unwrap();
+        let r = post_json(&format!("{base}/generate"), &generate(stream, 5)).await;
         r.text().await.unwrap();
     }
     let text = client()
@@ -455,12 +404,7 @@ fn tgi_stream_request(params: Value) -> Value {
 
 /// POST to `/generate_stream`; TGI answers 200 whatever happens, so lingo does too.
 async fn tgi_events(base: &str, body: Value) -> Vec<Value> {
-    let r = client()
-        .post(format!("{base}/generate_stream"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+    let r = post_json(&format!("{base}/generate_stream"), &body).await;
     assert_eq!(r.status(), 200);
     assert_eq!(r.headers()["content-type"], "text/event-stream");
     sse_events(&r.text().await.unwrap())
@@ -517,12 +461,11 @@ async fn tgi_info_is_synthesized_for_other_upstreams() {
 #[tokio::test]
 async fn generate_body_without_a_known_prompt_field_is_refused_with_what_was_expected() {
     let (mock, base) = vllm_pair().await;
-    let r = client()
-        .post(format!("{base}/generate"))
-        .json(&json!({"text": "a", "inputs": "b"}))
-        .send()
-        .await
-        .unwrap();
+    let r = post_json(
+        &format!("{base}/generate"),
+        &json!({"text": "a", "inputs": "b"}),
+    )
+    .await;
     assert_eq!(r.status(), 400);
     let v: Value = r.json().await.unwrap();
     let msg = v["message"].as_str().unwrap_or_default();

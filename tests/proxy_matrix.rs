@@ -211,27 +211,22 @@ fn refused_by(kind: MockKind) -> &'static [&'static str] {
 /// native one for TGI and Ollama).
 async fn direct_text(mock: &Mock, kind: MockKind) -> String {
     if kind == MockKind::Tgi {
-        let v: Value = client()
-            .post(format!("{}/generate", mock.url()))
-            .json(&tgi_request(false))
-            .send()
+        let v: Value = post_json(&format!("{}/generate", mock.url()), &tgi_request(false))
             .await
-            .unwrap()
             .json()
             .await
             .unwrap();
         return v["generated_text"].as_str().unwrap().to_string();
     }
     if kind == MockKind::Ollama {
-        let v: Value = client()
-            .post(format!("{}/api/generate", mock.url()))
-            .json(&ollama_generate_request(false))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let v: Value = post_json(
+            &format!("{}/api/generate", mock.url()),
+            &ollama_generate_request(false),
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
         return v["response"].as_str().unwrap().to_string();
     }
     let v: Value = client()
@@ -275,12 +270,7 @@ async fn run_matrix(kind: MockKind) {
                 if !mentions(&request, field) {
                     continue;
                 }
-                let resp = client()
-                    .post(format!("{base}{}", row.path))
-                    .json(&request)
-                    .send()
-                    .await
-                    .unwrap();
+                let resp = post_json(&format!("{base}{}", row.path), &request).await;
                 // TGI answers validation errors with 422 (in a 200 stream on
                 // `/generate_stream`), everyone else with 400.
                 let status = resp.status().as_u16();
@@ -302,12 +292,7 @@ async fn run_matrix(kind: MockKind) {
             if kind == MockKind::Tgi {
                 request = without(request, "ignore_eos");
             }
-            let resp = client()
-                .post(format!("{base}{}", row.path))
-                .json(&request)
-                .send()
-                .await
-                .unwrap();
+            let resp = post_json(&format!("{base}{}", row.path), &request).await;
             let status = resp.status();
             let header_tokens = resp
                 .headers()
@@ -427,12 +412,7 @@ async fn untranslatable_requests_to_tgi_are_refused() {
         ),
     ];
     for (path, body, field) in cases {
-        let resp = client()
-            .post(format!("{base}{path}"))
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
+        let resp = post_json(&format!("{base}{path}"), &body).await;
         assert_eq!(resp.status(), 400, "{path} {body}");
         let text = resp.text().await.unwrap();
         assert!(
@@ -447,12 +427,8 @@ async fn untranslatable_requests_to_tgi_are_refused() {
 async fn auto_detects_tgi_by_its_info() {
     let mock = mock(MockKind::Tgi).await;
     let base = lingo(config_for(&mock.url(), lingo::upstream::KindSetting::Auto)).await;
-    let body = client()
-        .post(format!("{base}/generate_stream"))
-        .json(&tgi_request(true))
-        .send()
+    let body = post_json(&format!("{base}/generate_stream"), &tgi_request(true))
         .await
-        .unwrap()
         .text()
         .await
         .unwrap();
@@ -491,15 +467,14 @@ async fn auto_detects_each_kind() {
     ] {
         let mock = mock(kind).await;
         let base = lingo(config_for(&mock.url(), lingo::upstream::KindSetting::Auto)).await;
-        let body = client()
-            .post(format!("{base}/generate"))
-            .json(&without(sglang_request(true), "ignore_eos"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let body = post_json(
+            &format!("{base}/generate"),
+            &without(sglang_request(true), "ignore_eos"),
+        )
+        .await
+        .text()
+        .await
+        .unwrap();
         assert_eq!(sglang_read(&body, true).tokens, MAX, "{kind:?}");
     }
 }

@@ -16,12 +16,7 @@ async fn get(base: &str, path: &str) -> (u16, Value) {
 }
 
 async fn post(base: &str, path: &str, body: Value) -> (u16, String) {
-    let resp = client()
-        .post(format!("{base}{path}"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+    let resp = post_json(&format!("{base}{path}"), &body).await;
     (resp.status().as_u16(), resp.text().await.unwrap())
 }
 

@@ -72,12 +72,11 @@ async fn a_request_on_a_connection_the_server_dropped_is_sent_again() {
     cfg.upstream.model = Some("m".into());
     let base = lingo(cfg).await;
     for i in 0..3 {
-        let r = client()
-            .post(format!("{base}/generate"))
-            .json(&json!({"text": "x", "sampling_params": {"max_new_tokens": 1}}))
-            .send()
-            .await
-            .unwrap();
+        let r = post_json(
+            &format!("{base}/generate"),
+            &json!({"text": "x", "sampling_params": {"max_new_tokens": 1}}),
+        )
+        .await;
         assert_eq!(r.status(), 200, "request {i}: {}", r.text().await.unwrap());
         let v: Value = r.json().await.unwrap();
         assert_eq!(v["text"], " ok");
@@ -108,12 +107,11 @@ async fn https_upstreams_get_a_tls_handshake() {
     config.upstream.model = Some("m".into());
     config.validate().unwrap();
     let base = lingo(config).await;
-    let resp = client()
-        .post(format!("{base}/v1/completions"))
-        .json(&json!({"model": "m", "prompt": "a", "max_tokens": 1}))
-        .send()
-        .await
-        .unwrap();
+    let resp = post_json(
+        &format!("{base}/v1/completions"),
+        &json!({"model": "m", "prompt": "a", "max_tokens": 1}),
+    )
+    .await;
     assert_eq!(resp.status(), 502);
     let v: Value = resp.json().await.unwrap();
     assert!(v["error"]["message"].is_string(), "{v}");

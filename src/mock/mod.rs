@@ -53,6 +53,15 @@ pub enum MockKind {
 }
 
 impl MockKind {
+    pub const ALL: [MockKind; 6] = [
+        MockKind::Vllm,
+        MockKind::Sglang,
+        MockKind::Tgi,
+        MockKind::Llamacpp,
+        MockKind::Ollama,
+        MockKind::Openai,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             MockKind::Vllm => "vllm",

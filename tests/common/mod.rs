@@ -156,13 +156,35 @@ pub fn sum(text: &str, name: &str, want: &[(&str, &str)]) -> f64 {
         .sum()
 }
 
+/// lingo's `/metrics` exposition.
 pub async fn scrape(base: &str) -> String {
+    get_text(&format!("{base}/metrics")).await
+}
+
+/// GET a URL and read its body as text.
+pub async fn get_text(url: &str) -> String {
     client()
-        .get(format!("{base}/metrics"))
+        .get(url)
         .send()
         .await
         .unwrap()
         .text()
         .await
         .unwrap()
+}
+
+/// A mock of every upstream kind, each behind its own lingo: `(kind, mock, lingo's URL)`.
+pub async fn every_kind_behind_lingo() -> Vec<(MockKind, Mock, String)> {
+    let mut v = Vec::new();
+    for kind in MockKind::ALL {
+        let mock = mock(kind).await;
+        let base = lingo(config_for(&mock.url(), kind_setting(kind))).await;
+        v.push((kind, mock, base));
+    }
+    v
+}
+
+/// POST a JSON body; the response, whatever its status.
+pub async fn post_json(url: &str, body: &Value) -> reqwest::Response {
+    client().post(url).json(body).send().await.unwrap()
 }

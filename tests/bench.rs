@@ -606,3 +606,26 @@ async fn every_dialect_drives_load() {
         }
     }
 }
+
+/// A server that needs a key (OpenAI's, vLLM's `--api-key`) gets it as a bearer token.
+#[tokio::test]
+async fn the_api_key_reaches_the_server() {
+    let (url, state) = mock(MockConfig {
+        kind: MockKind::Openai,
+        api_key: Some("sk-bench".into()),
+        ..MockConfig::default()
+    })
+    .await;
+    let mut cfg = config(&url, Dialect::OpenaiChat);
+    cfg.model = Some("mock-model".into());
+    // OpenAI's API has no ignore_eos (or any vLLM extension): only documented fields go.
+    cfg.standard_api = true;
+    let err = run(&cfg).await.unwrap_err().to_string();
+    assert!(err.contains("401"), "{err}");
+    cfg.api_key = Some("sk-bench".into());
+    let levels = run(&cfg).await.unwrap();
+    for l in &levels {
+        assert_eq!((l.ok(), l.fail()), (7, 0), "{:?}", l.errors());
+    }
+    assert!(state.stats().completion_tokens > 0);
+}

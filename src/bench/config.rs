@@ -203,6 +203,13 @@ pub struct BenchConfig {
     pub seed: u64,
     /// Per-request limit, from send to the end of the answer. Default 600 s.
     pub timeout: Duration,
+    /// Send only the dialect's documented fields (a plain OpenAI-compatible server): no
+    /// `ignore_eos` or other vLLM extensions, so outputs may end before `output_len`.
+    /// Default false.
+    pub standard_api: bool,
+    /// Sent as `Authorization: Bearer` to every target (a hosted OpenAI-compatible API, or
+    /// vLLM's `--api-key`). Never written to reports. Default none.
+    pub api_key: Option<String>,
     /// Prompt source. Default random.
     pub source: Source,
     /// A Hugging Face `tokenizer.json`, to size text prompts when the server has no
@@ -237,6 +244,8 @@ impl Default for BenchConfig {
             stream: true,
             seed: 0,
             timeout: Duration::from_secs(600),
+            api_key: None,
+            standard_api: false,
             source: Source::Random,
             tokenizer: None,
             percentiles: vec![50.0, 90.0, 99.0],
@@ -247,6 +256,14 @@ impl Default for BenchConfig {
 }
 
 impl BenchConfig {
+    /// The OpenAI extensions the requests may use.
+    pub fn flavor(&self) -> crate::dialect::openai::Flavor {
+        match self.standard_api {
+            true => crate::dialect::openai::Flavor::Standard,
+            false => crate::dialect::openai::Flavor::Vllm,
+        }
+    }
+
     /// The levels in the order they run: concurrency levels, then rates; a replay is one
     /// level of its own.
     pub fn loads(&self) -> Vec<Load> {

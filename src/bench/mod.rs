@@ -120,7 +120,13 @@ async fn connect(config: &BenchConfig, index: usize, url: &str) -> (Target, Opti
         response_headers: config.timeout,
         ..Timeouts::default()
     };
-    let client = Client::new(url, &timeouts);
+    let mut client = Client::new(url, &timeouts);
+    if let Some(key) = &config.api_key {
+        match client.clone().with_api_key(key) {
+            Ok(c) => client = c,
+            Err(e) => tracing::warn!(error = %e, "API key not used"),
+        }
+    }
     let model = match (&config.model, config.dialect) {
         (Some(m), _) => Some(m.clone()),
         // SGLang's native /generate serves its one model and takes no name.
@@ -148,7 +154,7 @@ async fn prepare(
     client: &Client,
     model: Option<String>,
 ) -> anyhow::Result<Workload> {
-    let shapes = Shapes::probe(config.dialect);
+    let shapes = Shapes::probe(config.dialect, config.flavor());
     let sharegpt = match &config.source {
         Source::Dataset(path) => Some(dataset::load(path)?),
         _ => None,
@@ -197,6 +203,7 @@ async fn prepare(
     };
     Ok(Workload {
         dialect: config.dialect,
+        flavor: config.flavor(),
         model,
         stream: config.stream,
         seed: config.seed,

@@ -10,6 +10,7 @@ use super::dataset::{Logged, Sample};
 use super::report::InputLengths;
 use super::rng::Rng;
 use super::tokens::Calibration;
+use crate::dialect::openai::Flavor;
 use crate::dialect::Dialect;
 use crate::model::{Message, Prompt, Request, Role};
 
@@ -35,8 +36,8 @@ pub struct Shapes {
 }
 
 impl Shapes {
-    pub fn probe(dialect: Dialect) -> Shapes {
-        let accepts = |p: Prompt| dialect.encode_request(&Request::new(p)).is_ok();
+    pub fn probe(dialect: Dialect, flavor: Flavor) -> Shapes {
+        let accepts = |p: Prompt| dialect.encode_request_as(&Request::new(p), flavor).is_ok();
         let text = Prompt::Text(vec!["a".into()]);
         let chat = Prompt::Chat(vec![crate::model::Message {
             role: crate::model::Role::User,
@@ -45,7 +46,7 @@ impl Shapes {
         let mut eos = Request::new(if accepts(text.clone()) { text } else { chat });
         eos.sampling.ignore_eos = true;
         Shapes {
-            ignore_eos: dialect.encode_request(&eos).is_ok(),
+            ignore_eos: dialect.encode_request_as(&eos, flavor).is_ok(),
             token_ids: accepts(Prompt::Tokens(vec![vec![ID_LOW]])),
             text: if accepts(Prompt::Text(vec!["a".into()])) {
                 TextShape::Raw
@@ -106,6 +107,8 @@ pub struct Item {
 #[derive(Debug, Clone)]
 pub struct Workload {
     pub dialect: Dialect,
+    /// Which OpenAI extensions the server takes (`Standard`: a plain OpenAI-compatible API).
+    pub flavor: Flavor,
     pub model: Option<String>,
     pub stream: bool,
     pub seed: u64,
@@ -155,7 +158,7 @@ impl Workload {
         req.sampling.n = 1;
         let body = self
             .dialect
-            .encode_request(&req)
+            .encode_request_as(&req, self.flavor)
             .map_err(|e| anyhow::anyhow!("encoding a {} request: {e}", self.dialect.label()))?;
         Ok(Item {
             body: Bytes::from(body),
@@ -197,10 +200,11 @@ mod tests {
     fn workload(dialect: Dialect, items: Items) -> Workload {
         Workload {
             dialect,
+            flavor: Flavor::Vllm,
             model: Some("m".into()),
             stream: true,
             seed: 42,
-            shapes: Shapes::probe(dialect),
+            shapes: Shapes::probe(dialect, Flavor::Vllm),
             calibration: Calibration::approximate(),
             items: std::sync::Arc::new(items),
         }
@@ -217,9 +221,9 @@ mod tests {
 
     #[test]
     fn shapes_come_from_the_encoders() {
-        assert!(Shapes::probe(Dialect::Sglang).token_ids);
-        assert!(Shapes::probe(Dialect::OpenaiCompletions).token_ids);
-        let chat = Shapes::probe(Dialect::OpenaiChat);
+        assert!(Shapes::probe(Dialect::Sglang, Flavor::Vllm).token_ids);
+        assert!(Shapes::probe(Dialect::OpenaiCompletions, Flavor::Vllm).token_ids);
+        let chat = Shapes::probe(Dialect::OpenaiChat, Flavor::Vllm);
         assert!(!chat.token_ids);
         assert_eq!(chat.text, TextShape::Chat);
     }

@@ -154,6 +154,14 @@ pub struct RunArgs {
     /// Seed of prompts, lengths, dataset order and arrival times: the same seed, the same run.
     #[arg(long, env = "LINGO_BENCH_SEED", default_value_t = 0)]
     pub seed: u64,
+    /// Send only the dialect's documented fields (for a plain OpenAI-compatible server): no
+    /// ignore_eos or other vLLM extensions, so outputs may end early.
+    #[arg(long, env = "LINGO_BENCH_STANDARD_API")]
+    pub standard_api: bool,
+    /// Environment variable holding an API key, sent as `Authorization: Bearer` (a hosted
+    /// OpenAI-compatible API, or vLLM's --api-key). Unset: no key.
+    #[arg(long, env = "LINGO_BENCH_API_KEY_ENV")]
+    pub api_key_env: Option<String>,
     /// Per-request timeout (e.g. 600s).
     #[arg(long, env = "LINGO_BENCH_TIMEOUT", default_value = "600s", value_parser = humantime::parse_duration)]
     pub timeout: Duration,
@@ -235,6 +243,11 @@ impl RunArgs {
             stream: !self.no_stream,
             seed: self.seed,
             timeout: self.timeout,
+            standard_api: self.standard_api,
+            api_key: self
+                .api_key_env
+                .as_ref()
+                .and_then(|var| std::env::var(var).ok()),
             source,
             tokenizer: self.tokenizer.clone(),
             percentiles: self.percentiles.clone(),
@@ -272,6 +285,9 @@ pub fn compare_files(a: &std::path::Path, b: &std::path::Path) -> anyhow::Result
 
 async fn run_levels(args: RunArgs) -> anyhow::Result<()> {
     let config = args.config();
+    if let (Some(var), None) = (&args.api_key_env, &config.api_key) {
+        bail!("--api-key-env: the environment variable {var} is not set");
+    }
     let progress = Arc::new(Progress::new());
     let levels = lingo::bench::run_with(&config, progress.clone()).await?;
     progress.bar.finish_and_clear();

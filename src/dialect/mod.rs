@@ -14,6 +14,7 @@ pub mod tgi;
 pub mod vllm_legacy;
 
 pub mod ctx;
+pub mod fields;
 mod stream;
 
 pub use ctx::Ctx;

@@ -4,6 +4,7 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::{DEFAULT_MIN_P, DEFAULT_N_PREDICT, DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P};
+use crate::dialect::fields::{put_some, refuse_first};
 use crate::error::{decode_json, ProxyError};
 use crate::model::{Prompt, Request, Sampling};
 
@@ -196,11 +197,7 @@ fn write_sampling(s: &Sampling, m: &mut Map<String, Value>) -> Result<(), ProxyE
         ("presence_penalty", s.presence_penalty),
         ("frequency_penalty", s.frequency_penalty),
     ];
-    for (k, v) in floats {
-        if let Some(v) = v {
-            m.insert(k.into(), json!(v));
-        }
-    }
+    put_some(m, &floats);
     if let Some(k) = s.top_k {
         m.insert("top_k".into(), json!(k.max(0)));
     }
@@ -266,10 +263,7 @@ fn refuse_sampling(s: &Sampling) -> Result<(), ProxyError> {
             "llama.cpp does not render special tokens on request",
         ),
     ];
-    match refusals.into_iter().find(|(_, on, _)| *on) {
-        Some((field, _, why)) => Err(ProxyError::unsupported(field, why)),
-        None => Ok(()),
-    }
+    refuse_first(&refusals)
 }
 
 /// OpenAI's `{"<token id>": bias}` as llama.cpp's `[[id, bias], ...]`.

@@ -4,6 +4,7 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::DEFAULT_NUM_PREDICT;
+use crate::dialect::fields::{put_some, refuse_first};
 use crate::error::ProxyError;
 use crate::model::Sampling;
 
@@ -103,11 +104,7 @@ pub fn encode(s: &Sampling) -> Result<Map<String, Value>, ProxyError> {
         ("presence_penalty", s.presence_penalty),
         ("frequency_penalty", s.frequency_penalty),
     ];
-    for (k, v) in optional {
-        if let Some(v) = v {
-            m.insert(k.into(), json!(v));
-        }
-    }
+    put_some(&mut m, &optional);
     if !s.stop.is_empty() {
         m.insert("stop".into(), json!(s.stop));
     }
@@ -166,8 +163,5 @@ fn refuse(s: &Sampling) -> Result<(), ProxyError> {
             "Ollama does not render special tokens on request",
         ),
     ];
-    match refusals.into_iter().find(|(_, on, _)| *on) {
-        Some((field, _, why)) => Err(ProxyError::unsupported(field, why)),
-        None => Ok(()),
-    }
+    refuse_first(&refusals)
 }

@@ -98,11 +98,7 @@ fn write_standard(s: &Sampling, m: &mut Map<String, Value>) {
         ("frequency_penalty", s.frequency_penalty),
         ("presence_penalty", s.presence_penalty),
     ];
-    for (k, v) in floats {
-        if let Some(v) = v {
-            m.insert(k.into(), json!(v));
-        }
-    }
+    crate::dialect::fields::put_some(m, &floats);
     if s.n != 1 {
         m.insert("n".into(), json!(s.n));
     }

@@ -4,6 +4,7 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::DEFAULT_MAX_NEW_TOKENS;
+use crate::dialect::fields::put_some;
 use crate::dialect::openai::wire::OneOrMany;
 use crate::error::{decode_json, decode_value_at, ProxyError};
 use crate::model::{Prompt, Request, Sampling};
@@ -331,10 +332,6 @@ fn sampling_json(s: &Sampling) -> Map<String, Value> {
         ("no_stop_trim", s.include_stop.then_some(json!(true))),
         ("n", (s.n != 1).then(|| json!(s.n))),
     ];
-    for (k, v) in optional {
-        if let Some(v) = v {
-            p.insert(k.into(), v);
-        }
-    }
+    put_some(&mut p, &optional);
     p
 }

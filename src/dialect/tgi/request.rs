@@ -4,6 +4,7 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::{DEFAULT_MAX_NEW_TOKENS, MAX_STOP_SEQUENCES, MAX_TOP_N_TOKENS};
+use crate::dialect::fields::{put_some, refuse_first};
 use crate::error::{decode_json, ProxyError};
 use crate::model::{Prompt, Request, Sampling};
 
@@ -300,10 +301,7 @@ fn refuse_for_tgi(req: &Request) -> Result<(), ProxyError> {
             "TGI takes one grammar",
         ),
     ];
-    match refused.iter().find(|(_, on, _)| *on) {
-        Some((field, _, why)) => Err(ProxyError::unsupported(*field, *why)),
-        None => Ok(()),
-    }
+    refuse_first(&refused)
 }
 
 /// Encode a canonical request for a TGI upstream: always an explicit `max_new_tokens` and
@@ -368,11 +366,7 @@ pub fn encode(req: &Request) -> Result<Vec<u8>, ProxyError> {
             },
         ),
     ];
-    for (k, v) in optional {
-        if let Some(v) = v {
-            p.insert(k.into(), v);
-        }
-    }
+    put_some(&mut p, &optional);
     p.insert("details".into(), json!(true));
     let body = json!({"inputs": inputs, "parameters": p});
     serde_json::to_vec(&body).map_err(|e| ProxyError::Internal(e.to_string()))

@@ -200,4 +200,7 @@ sdk openai_sdk_client.py
 sdk anthropic_sdk_client.py --vague-stop
 sdk ollama_sdk_client.py
 sdk tgi_sdk_client.py --refuses-stop
+# The headline: an SGLang benchmark script, unchanged (its batch check needs per-prompt
+# counts, which llama.cpp does not give for a batch).
+sdk sglang_style_client.py --no-batch --output-len 16
 exit $rc

@@ -53,6 +53,7 @@ def stream_generate(base, input_ids, output_len):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--base", required=True)
+    ap.add_argument("--model", help="ignored: SGLang's /generate names no model")
     ap.add_argument("--requests", type=int, default=8)
     ap.add_argument("--output-len", type=int, default=32)
     ap.add_argument("--no-batch", action="store_true",

@@ -64,9 +64,16 @@ impl Tally {
             .get(index as usize)
             .map(|c| {
                 c.usage
+                    .or(self.sole_totals())
                     .map_or(c.counted, |u| u.completion_tokens.max(c.counted))
             })
             .unwrap_or(0)
+    }
+
+    /// The request's totals when they are one choice's (an upstream that reports usage only
+    /// for the whole request, at the end).
+    fn sole_totals(&self) -> Option<Usage> {
+        self.totals.filter(|_| self.per_choice.len() == 1)
     }
 
     /// Prompt tokens of one choice, when the upstream said.
@@ -81,7 +88,7 @@ impl Tally {
     pub fn choice_cached(&self, index: u32) -> Option<u64> {
         self.per_choice
             .get(index as usize)
-            .and_then(|c| c.usage)
+            .and_then(|c| c.usage.or(self.sole_totals()))
             .and_then(|u| u.cached_tokens)
     }
 
@@ -217,6 +224,9 @@ mod tests {
             cached_tokens: Some(1),
         }));
         assert_eq!(t.totals().0.completion_tokens, 4);
-        assert_eq!(t.choice_tokens(0), 3);
+        // One choice: the request's totals are its own (a stop token the stream never
+        // showed is still counted).
+        assert_eq!(t.choice_tokens(0), 4);
+        assert_eq!(t.choice_cached(0), Some(1));
     }
 }

@@ -17,6 +17,9 @@ pub struct Encoder {
     tally: Tally,
     /// Cumulative state per choice (text, ids, logprobs, finish).
     choices: Vec<Choice>,
+    /// Finished choices whose last event waits for the upstream's counts: an upstream that
+    /// reports usage only at the end (plain OpenAI, llama.cpp) sends it after the finish.
+    deferred: Vec<u32>,
 }
 
 #[derive(serde::Serialize)]
@@ -35,15 +38,25 @@ impl Encoder {
             ctx,
             tally: Tally::default(),
             choices: Vec::new(),
+            deferred: Vec::new(),
         }
     }
 
     pub fn events(&mut self, events: &[Event], out: &mut BytesMut) {
         for ev in events {
             self.tally.observe(ev);
-            if let Event::Chunk(c) = ev {
-                self.chunk(c, out);
+            match ev {
+                Event::Chunk(c) => self.chunk(c, out),
+                Event::Usage(_) | Event::Done => self.flush(out),
+                _ => {}
             }
+        }
+    }
+
+    /// Write the last events that waited for the counts.
+    fn flush(&mut self, out: &mut BytesMut) {
+        for i in std::mem::take(&mut self.deferred) {
+            self.write(i, out);
         }
     }
 
@@ -71,17 +84,28 @@ impl Encoder {
         if c.text.is_empty() && c.finish.is_none() {
             return;
         }
+        // The last event carries the final counts: without the upstream's yet, wait for them
+        // (they follow in the same breath; `end` writes it regardless).
+        if c.finish.is_some() && self.tally.choice_prompt(c.index).is_none() {
+            self.deferred.push(c.index);
+            return;
+        }
+        self.write(c.index, out);
+    }
+
+    /// One cumulative event for choice `index`, with the counts as they stand.
+    fn write(&mut self, index: u32, out: &mut BytesMut) {
         let usage = Usage {
-            prompt_tokens: self.tally.choice_prompt(c.index).unwrap_or(0),
-            completion_tokens: self.tally.choice_tokens(c.index),
-            cached_tokens: self.tally.choice_cached(c.index),
+            prompt_tokens: self.tally.choice_prompt(index).unwrap_or(0),
+            completion_tokens: self.tally.choice_tokens(index),
+            cached_tokens: self.tally.choice_cached(index),
         };
-        let st = &self.choices[i];
+        let st = &self.choices[index as usize];
         let body = Out {
             text: &st.text,
             output_ids: st.token_ids.as_deref(),
             meta_info: meta_info(&self.ctx, st, usage, st.finish.is_some()),
-            index: self.ctx.is_multi().then_some(c.index),
+            index: self.ctx.is_multi().then_some(index),
         };
         out.put_slice(b"data: ");
         if serde_json::to_writer((&mut *out).writer(), &body).is_err() {
@@ -91,6 +115,7 @@ impl Encoder {
     }
 
     pub fn end(&mut self, out: &mut BytesMut) {
+        self.flush(out);
         write_sse(out, b"[DONE]");
     }
 

@@ -31,6 +31,17 @@ struct Tok<'a> {
     top: Option<&'a [Alt]>,
 }
 
+/// A last token event kept until the counts arrive: the token (owned), whether it is special,
+/// and the finish.
+struct Deferred {
+    id: Option<u32>,
+    text: String,
+    logprob: Option<f64>,
+    top: Option<Vec<Alt>>,
+    special: bool,
+    finish: Finish,
+}
+
 /// Client side: canonical events to TGI stream events.
 pub struct Encoder {
     ctx: Ctx,
@@ -40,6 +51,9 @@ pub struct Encoder {
     /// The text so far, for the final event's `generated_text`.
     text: String,
     finished: bool,
+    /// The last token event, waiting for the upstream's counts (an upstream that reports
+    /// usage only after the finish, as plain OpenAI servers do).
+    last: Option<Deferred>,
 }
 
 impl Encoder {
@@ -51,6 +65,7 @@ impl Encoder {
             sent: 0,
             text,
             finished: false,
+            last: None,
         }
     }
 
@@ -58,12 +73,25 @@ impl Encoder {
     pub fn events(&mut self, events: &[Event], out: &mut BytesMut) {
         for ev in events {
             self.tally.observe(ev);
-            // TGI clients send one prompt and get one sequence.
-            if let Event::Chunk(c) = ev {
-                if c.index == 0 && !self.finished {
-                    self.chunk(c, out);
-                }
+            match ev {
+                // TGI clients send one prompt and get one sequence.
+                Event::Chunk(c) if c.index == 0 && !self.finished => self.chunk(c, out),
+                Event::Usage(_) | Event::Done => self.flush(out),
+                _ => {}
             }
+        }
+    }
+
+    /// Write the last token event if it waited for the counts.
+    fn flush(&mut self, out: &mut BytesMut) {
+        if let Some(d) = self.last.take() {
+            let t = Tok {
+                id: d.id,
+                text: &d.text,
+                logprob: d.logprob,
+                top: d.top.as_deref(),
+            };
+            self.token_event(&t, d.special, Some(&d.finish), out);
         }
     }
 
@@ -87,9 +115,22 @@ impl Encoder {
         }
         let last = toks.len() - 1;
         let eos = matches!(c.finish, Some(Finish::Eos(_)));
+        let counted = self.tally.choice_prompt(0).is_some();
         for (i, t) in toks.iter().enumerate() {
             let finish = if i == last { c.finish.as_ref() } else { None };
             let special = finish.is_some() && t.text.is_empty() && (eos || t.id.is_none());
+            if let (Some(f), false) = (finish, counted) {
+                self.finished = true;
+                self.last = Some(Deferred {
+                    id: t.id,
+                    text: t.text.to_string(),
+                    logprob: t.logprob,
+                    top: t.top.map(<[Alt]>::to_vec),
+                    special,
+                    finish: f.clone(),
+                });
+                continue;
+            }
             self.token_event(t, special, finish, out);
         }
     }
@@ -129,8 +170,11 @@ impl Encoder {
         write_event(out, &v);
     }
 
-    /// TGI ends a stream by closing the connection: nothing to write.
-    pub fn end(&mut self, _out: &mut BytesMut) {}
+    /// TGI ends a stream by closing the connection: nothing to write but a last event that
+    /// still waited for counts.
+    pub fn end(&mut self, out: &mut BytesMut) {
+        self.flush(out);
+    }
 }
 
 /// The tokens of one chunk: one per token id when the ids are known (with per-token texts

@@ -229,9 +229,10 @@ impl State {
                 if *strip_usage && is_usage_only(&self.events) {
                     return;
                 }
+                // Copied once, into `out`, unless the model name must change.
                 let data = match alias {
-                    Some(a) => rewrite_model(&frame.data, a),
-                    None => frame.data.to_vec(),
+                    Some(a) => std::borrow::Cow::Owned(rewrite_model(&frame.data, a)),
+                    None => std::borrow::Cow::Borrowed(&frame.data[..]),
                 };
                 match self.framing {
                     Framing::Sse => write_sse(out, &data),

@@ -6,6 +6,7 @@ use serde_json::{json, Map, Value};
 use super::DEFAULT_MAX_TOKENS;
 use crate::dialect::openai::wire::{write_sampling, OneOrMany};
 use crate::dialect::openai::Flavor;
+use crate::dialect::present;
 use crate::error::{decode_json, ProxyError};
 use crate::model::{Prompt, Request, Sampling};
 
@@ -37,11 +38,6 @@ struct GenerateRequest {
     detokenize: Option<bool>,
     #[serde(flatten)]
     extra: Map<String, Value>,
-}
-
-/// Distinguish an explicit `null` (`Some(None)`) from an absent key (`None`).
-fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<u32>>, D::Error> {
-    Option::<u32>::deserialize(d).map(Some)
 }
 
 /// `SamplingParams` fields that change nothing in this server's answer, which has no place

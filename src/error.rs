@@ -13,6 +13,55 @@ pub enum Source {
     Proxy,
 }
 
+/// Which phase's timer fired: a closed set, used in the `error_kind` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Timer {
+    Connect,
+    ResponseHeaders,
+    FirstToken,
+    StreamIdle,
+    Total,
+    ClientBody,
+}
+
+impl Timer {
+    pub fn key(self) -> &'static str {
+        match self {
+            Timer::Connect => "connect",
+            Timer::ResponseHeaders => "response_headers",
+            Timer::FirstToken => "first_token",
+            Timer::StreamIdle => "stream_idle",
+            Timer::Total => "total",
+            Timer::ClientBody => "client_body",
+        }
+    }
+
+    /// The `error_kind` label of this timer's expiry.
+    pub fn kind(self) -> &'static str {
+        match self {
+            Timer::Connect => "timeout_connect",
+            Timer::ResponseHeaders => "timeout_response_headers",
+            Timer::FirstToken => "timeout_first_token",
+            Timer::StreamIdle => "timeout_stream_idle",
+            Timer::Total => "timeout_total",
+            Timer::ClientBody => "timeout_client_body",
+        }
+    }
+
+    fn message(self) -> &'static str {
+        match self {
+            Timer::Connect => "the upstream did not accept a connection in time (timeouts.connect)",
+            Timer::ResponseHeaders => {
+                "the upstream did not answer in time (timeouts.response_headers)"
+            }
+            Timer::FirstToken => "the upstream sent no token in time (timeouts.first_token)",
+            Timer::StreamIdle => "the upstream stopped sending (timeouts.stream_idle)",
+            Timer::Total => "the request took longer than allowed (timeouts.total)",
+            Timer::ClientBody => "the request body did not arrive in time (timeouts.client_body)",
+        }
+    }
+}
+
 #[derive(Debug, Clone, thiserror::Error, PartialEq)]
 pub enum ProxyError {
     /// The body is not JSON, or a field has the wrong type or value.
@@ -31,8 +80,24 @@ pub enum ProxyError {
     UpstreamStatus { status: u16, message: String },
     #[error("upstream unreachable: {0}")]
     UpstreamUnreachable(String),
-    #[error("upstream timed out")]
-    UpstreamTimeout,
+    /// A timer of one phase fired (`timeouts.*`).
+    #[error("{}", .0.message())]
+    Timeout(Timer),
+    /// The client sent no valid key (`[auth]`).
+    #[error("{0}")]
+    Unauthorized(String),
+    /// A per-key limit (`auth.requests_per_minute`, `auth.tokens_per_minute`) is spent.
+    #[error("rate limit reached: {what}; retry in {retry_after} s")]
+    RateLimited {
+        what: &'static str,
+        retry_after: u64,
+    },
+    /// `limits.max_in_flight` requests are already in flight.
+    #[error("lingo is at its limit of requests in flight; retry shortly")]
+    Overloaded { status: u16, retry_after: u64 },
+    /// lingo is draining for shutdown and this request ran out of grace.
+    #[error("lingo is shutting down")]
+    ShuttingDown,
     /// The upstream's answer could not be understood.
     #[error("bad upstream response: {0}")]
     UpstreamProtocol(String),
@@ -73,7 +138,14 @@ impl ProxyError {
             ProxyError::UpstreamUnreachable(_) | ProxyError::UpstreamProtocol(_) => {
                 StatusCode::BAD_GATEWAY
             }
-            ProxyError::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
+            ProxyError::Timeout(Timer::ClientBody) => StatusCode::REQUEST_TIMEOUT,
+            ProxyError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
+            ProxyError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            ProxyError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ProxyError::Overloaded { status, .. } => {
+                StatusCode::from_u16(*status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE)
+            }
+            ProxyError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
             ProxyError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -82,9 +154,14 @@ impl ProxyError {
         match self {
             ProxyError::InvalidRequest { .. }
             | ProxyError::Unsupported { .. }
-            | ProxyError::ModelNotFound(_) => Source::Client,
+            | ProxyError::ModelNotFound(_)
+            | ProxyError::Unauthorized(_)
+            | ProxyError::RateLimited { .. }
+            | ProxyError::Timeout(Timer::ClientBody) => Source::Client,
             ProxyError::UpstreamStatus { status, .. } if *status < 500 => Source::Client,
-            ProxyError::Internal(_) => Source::Proxy,
+            ProxyError::Internal(_) | ProxyError::Overloaded { .. } | ProxyError::ShuttingDown => {
+                Source::Proxy
+            }
             _ => Source::Upstream,
         }
     }
@@ -97,9 +174,22 @@ impl ProxyError {
             ProxyError::ModelNotFound(_) => "model_not_found",
             ProxyError::UpstreamStatus { .. } => "upstream_status",
             ProxyError::UpstreamUnreachable(_) => "upstream_unreachable",
-            ProxyError::UpstreamTimeout => "upstream_timeout",
+            ProxyError::Timeout(t) => t.kind(),
+            ProxyError::Unauthorized(_) => "unauthorized",
+            ProxyError::RateLimited { .. } => "rate_limited",
+            ProxyError::Overloaded { .. } => "overloaded",
+            ProxyError::ShuttingDown => "shutting_down",
             ProxyError::UpstreamProtocol(_) => "upstream_protocol",
             ProxyError::Internal(_) => "internal",
+        }
+    }
+
+    /// Seconds a client should wait before retrying (`Retry-After`), for refusals that pass.
+    pub fn retry_after(&self) -> Option<u64> {
+        match self {
+            ProxyError::RateLimited { retry_after, .. }
+            | ProxyError::Overloaded { retry_after, .. } => Some(*retry_after),
+            _ => None,
         }
     }
 

@@ -49,7 +49,7 @@ impl Target {
             Ok(resp) => resp,
             Err(e) => {
                 let kind = match e {
-                    ProxyError::UpstreamTimeout => ErrorKind::Timeout,
+                    ProxyError::Timeout(_) => ErrorKind::Timeout,
                     _ => ErrorKind::Connect,
                 };
                 return failed(kind, e.to_string(), t0.elapsed());

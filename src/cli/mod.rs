@@ -24,7 +24,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the proxy: accept every client dialect, translate to the upstream's.
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     /// Run a simulated inference server (vLLM or SGLang) for tests, demos and benchmarks.
     Mock(mock::MockArgs),
     /// Drive load in any client dialect: a concurrency sweep with throughput and latency.
@@ -37,7 +37,7 @@ pub enum Command {
 
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Serve(args) => serve::run(args).await,
+        Command::Serve(args) => serve::run(*args).await,
         Command::Mock(args) => mock::run(args).await,
         Command::Bench(args) => bench::run(args).await,
         Command::Demo(args) => demo::run(args).await,

@@ -2,11 +2,12 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
 
-use lingo::config::{Config, MetricsCompat};
+use lingo::config::{AuthConfig, Config, Limits, MetricsCompat, OverloadStatus, Timeouts};
 use lingo::upstream::KindSetting;
 
 #[derive(Debug, Args)]
@@ -46,6 +47,169 @@ pub struct ServeArgs {
     /// Record no metrics (to measure their cost).
     #[arg(long, env = "LINGO_NO_METRICS")]
     pub no_metrics: bool,
+    /// Serve /metrics on the client port too: true or false [default: true].
+    #[arg(long, env = "LINGO_METRICS_ON_CLIENT_PORT")]
+    pub metrics_on_client_port: Option<bool>,
+    #[command(flatten)]
+    pub timeouts: TimeoutArgs,
+    #[command(flatten)]
+    pub limits: LimitArgs,
+    #[command(flatten)]
+    pub auth: AuthArgs,
+}
+
+/// `[timeouts]`, one flag and one `LINGO_TIMEOUT_*` variable per key (values like `30s`).
+#[derive(Debug, Args)]
+pub struct TimeoutArgs {
+    /// A client's request line and headers [default: 30s].
+    #[arg(long, env = "LINGO_TIMEOUT_CLIENT_HEADER", value_parser = humantime::parse_duration)]
+    pub timeout_client_header: Option<Duration>,
+    /// A keep-alive client connection with no request [default: 60s].
+    #[arg(long, env = "LINGO_TIMEOUT_CLIENT_IDLE", value_parser = humantime::parse_duration)]
+    pub timeout_client_idle: Option<Duration>,
+    /// Reading a client's request body (then 408) [default: 30s].
+    #[arg(long, env = "LINGO_TIMEOUT_CLIENT_BODY", value_parser = humantime::parse_duration)]
+    pub timeout_client_body: Option<Duration>,
+    /// Connecting to the upstream [default: 5s].
+    #[arg(long, env = "LINGO_TIMEOUT_CONNECT", value_parser = humantime::parse_duration)]
+    pub timeout_connect: Option<Duration>,
+    /// A stream's request to its first token [default: 300s].
+    #[arg(long, env = "LINGO_TIMEOUT_FIRST_TOKEN", value_parser = humantime::parse_duration)]
+    pub timeout_first_token: Option<Duration>,
+    /// The upstream's response headers [default: 600s].
+    #[arg(long, env = "LINGO_TIMEOUT_RESPONSE_HEADERS", value_parser = humantime::parse_duration)]
+    pub timeout_response_headers: Option<Duration>,
+    /// The longest gap between upstream body chunks [default: 120s].
+    #[arg(long, env = "LINGO_TIMEOUT_STREAM_IDLE", value_parser = humantime::parse_duration)]
+    pub timeout_stream_idle: Option<Duration>,
+    /// A whole request [default: none].
+    #[arg(long, env = "LINGO_TIMEOUT_TOTAL", value_parser = humantime::parse_duration)]
+    pub timeout_total: Option<Duration>,
+    /// How long requests may run on after SIGTERM [default: 30s].
+    #[arg(long, env = "LINGO_TIMEOUT_SHUTDOWN_GRACE", value_parser = humantime::parse_duration)]
+    pub timeout_shutdown_grace: Option<Duration>,
+    /// How long an idle upstream connection stays pooled [default: 4s].
+    #[arg(long, env = "LINGO_TIMEOUT_POOL_IDLE", value_parser = humantime::parse_duration)]
+    pub timeout_pool_idle: Option<Duration>,
+}
+
+/// `[limits]`, one flag and one `LINGO_*` variable per key.
+#[derive(Debug, Args)]
+pub struct LimitArgs {
+    /// Open client connections [default: the open-file limit less a reserve].
+    #[arg(long, env = "LINGO_MAX_CONNECTIONS")]
+    pub max_connections: Option<usize>,
+    /// Requests in flight; beyond it 429 (or --overload-status) [default: no limit].
+    #[arg(long, env = "LINGO_MAX_IN_FLIGHT")]
+    pub max_in_flight: Option<usize>,
+    /// The status --max-in-flight answers: 429 or 503 [default: 429].
+    #[arg(long, env = "LINGO_OVERLOAD_STATUS", value_parser = parse_overload)]
+    pub overload_status: Option<OverloadStatus>,
+    /// A client's request body in bytes (then 413) [default: 16 MiB].
+    #[arg(long, env = "LINGO_MAX_REQUEST_BODY")]
+    pub max_request_body: Option<usize>,
+    /// An upstream error body in bytes; the rest is cut [default: 1 MiB].
+    #[arg(long, env = "LINGO_MAX_UPSTREAM_ERROR_BODY")]
+    pub max_upstream_error_body: Option<usize>,
+    /// An upstream's whole answer in bytes [default: 64 MiB].
+    #[arg(long, env = "LINGO_MAX_UPSTREAM_BODY")]
+    pub max_upstream_body: Option<usize>,
+    /// One upstream stream event in bytes [default: 4 MiB].
+    #[arg(long, env = "LINGO_MAX_STREAM_EVENT")]
+    pub max_stream_event: Option<usize>,
+}
+
+/// `[auth]`.
+#[derive(Debug, Args)]
+pub struct AuthArgs {
+    /// Client keys, one `NAME:KEY` or `NAME:sha256:HEX` per line.
+    #[arg(long, env = "LINGO_AUTH_KEYS_FILE")]
+    pub auth_keys_file: Option<String>,
+    /// An environment variable holding such lines.
+    #[arg(long, env = "LINGO_AUTH_KEYS_ENV")]
+    pub auth_keys_env: Option<String>,
+    /// Requests per minute per client key [default: no limit].
+    #[arg(long, env = "LINGO_AUTH_REQUESTS_PER_MINUTE")]
+    pub auth_requests_per_minute: Option<u32>,
+    /// Tokens per minute per client key [default: no limit].
+    #[arg(long, env = "LINGO_AUTH_TOKENS_PER_MINUTE")]
+    pub auth_tokens_per_minute: Option<u64>,
+    /// Start without client auth even with an upstream key on a non-loopback address.
+    #[arg(long, env = "LINGO_ALLOW_UNAUTHENTICATED")]
+    pub allow_unauthenticated: bool,
+}
+
+fn parse_overload(s: &str) -> Result<OverloadStatus, String> {
+    match s {
+        "429" => Ok(OverloadStatus::TooMany),
+        "503" => Ok(OverloadStatus::Unavailable),
+        other => Err(format!("`{other}`: 429 or 503")),
+    }
+}
+
+impl TimeoutArgs {
+    fn apply(&self, t: &mut Timeouts) {
+        let set = |slot: &mut Duration, v: Option<Duration>| {
+            if let Some(v) = v {
+                *slot = v;
+            }
+        };
+        set(&mut t.client_header, self.timeout_client_header);
+        set(&mut t.client_idle, self.timeout_client_idle);
+        set(&mut t.client_body, self.timeout_client_body);
+        set(&mut t.connect, self.timeout_connect);
+        set(&mut t.first_token, self.timeout_first_token);
+        set(&mut t.response_headers, self.timeout_response_headers);
+        set(&mut t.stream_idle, self.timeout_stream_idle);
+        set(&mut t.shutdown_grace, self.timeout_shutdown_grace);
+        set(&mut t.pool_idle, self.timeout_pool_idle);
+        if self.timeout_total.is_some() {
+            t.total = self.timeout_total;
+        }
+    }
+}
+
+impl LimitArgs {
+    fn apply(&self, l: &mut Limits) {
+        let set = |slot: &mut usize, v: Option<usize>| {
+            if let Some(v) = v {
+                *slot = v;
+            }
+        };
+        if self.max_connections.is_some() {
+            l.max_connections = self.max_connections;
+        }
+        if self.max_in_flight.is_some() {
+            l.max_in_flight = self.max_in_flight;
+        }
+        if let Some(v) = self.overload_status {
+            l.overload_status = v;
+        }
+        set(&mut l.max_request_body, self.max_request_body);
+        set(&mut l.max_upstream_error_body, self.max_upstream_error_body);
+        set(&mut l.max_upstream_body, self.max_upstream_body);
+        set(&mut l.max_stream_event, self.max_stream_event);
+    }
+}
+
+impl AuthArgs {
+    fn apply(&self, a: &mut AuthConfig) {
+        if let Some(v) = &self.auth_keys_file {
+            a.keys_file = Some(v.clone());
+        }
+        if let Some(v) = &self.auth_keys_env {
+            a.keys_env = Some(v.clone());
+        }
+        if self.auth_requests_per_minute.is_some() {
+            a.requests_per_minute = self.auth_requests_per_minute;
+        }
+        if self.auth_tokens_per_minute.is_some() {
+            a.tokens_per_minute = self.auth_tokens_per_minute;
+        }
+        if self.allow_unauthenticated {
+            a.allow_unauthenticated = true;
+        }
+    }
 }
 
 impl ServeArgs {
@@ -85,6 +249,12 @@ impl ServeArgs {
         if let Some(v) = &self.request_log {
             c.metrics.request_log = Some(v.clone());
         }
+        if let Some(v) = self.metrics_on_client_port {
+            c.metrics.on_client_port = v;
+        }
+        self.timeouts.apply(&mut c.timeouts);
+        self.limits.apply(&mut c.limits);
+        self.auth.apply(&mut c.auth);
         c.validate()?;
         Ok(c)
     }

@@ -42,6 +42,8 @@ pub struct Config {
     /// in the response.
     pub models: BTreeMap<String, String>,
     pub timeouts: Timeouts,
+    pub limits: Limits,
+    pub auth: AuthConfig,
     pub metrics: MetricsConfig,
 }
 
@@ -63,7 +65,7 @@ impl std::str::FromStr for MetricsCompat {
     }
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct MetricsConfig {
     /// Record no metrics at all (to measure what they cost). Default false.
@@ -75,6 +77,21 @@ pub struct MetricsConfig {
     pub compat: Option<MetricsCompat>,
     /// Write one JSON line per request to this file (`-` for standard output). Default: unset.
     pub request_log: Option<String>,
+    /// Serve `/metrics` on the client port too. Default true; set false when `listen` above
+    /// should be the only place metrics are read.
+    pub on_client_port: bool,
+}
+
+impl Default for MetricsConfig {
+    fn default() -> MetricsConfig {
+        MetricsConfig {
+            disabled: false,
+            listen: None,
+            compat: None,
+            request_log: None,
+            on_client_port: true,
+        }
+    }
 }
 
 impl Default for Config {
@@ -84,6 +101,8 @@ impl Default for Config {
             upstream: UpstreamConfig::default(),
             models: BTreeMap::new(),
             timeouts: Timeouts::default(),
+            limits: Limits::default(),
+            auth: AuthConfig::default(),
             metrics: MetricsConfig::default(),
         }
     }
@@ -139,19 +158,43 @@ impl Default for UpstreamConfig {
     }
 }
 
+/// A timer per phase of a request (Envoy and nginx keep them apart too): each answers a
+/// different question, and each expiry is recorded with outcome `timeout` and its name.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Timeouts {
+    /// A client's request line and headers, from the connection's first byte (or from the
+    /// end of its previous request). Past it the connection closes. Default 30s.
+    #[serde(with = "humantime_serde")]
+    pub client_header: Duration,
+    /// A keep-alive connection with no request in progress. Default 60s (nginx's too).
+    #[serde(with = "humantime_serde")]
+    pub client_idle: Duration,
+    /// Reading a client's request body; past it the client gets a 408. Default 30s.
+    #[serde(with = "humantime_serde")]
+    pub client_body: Duration,
     /// Connecting to the upstream. Default 5s.
     #[serde(with = "humantime_serde")]
     pub connect: Duration,
-    /// From sending a request to the upstream's response headers (covers queueing and, for
-    /// non-streaming requests, the whole generation). Default 600s.
+    /// A stream's request sent to its first generated token (queueing plus prefill). A 504
+    /// in the client's dialect while nothing was sent, the in-band error after. Default 300s.
+    #[serde(with = "humantime_serde")]
+    pub first_token: Duration,
+    /// From sending a request to the upstream's response headers (for a whole answer the
+    /// headers come with the whole generation). Default 600s.
     #[serde(with = "humantime_serde")]
     pub response_headers: Duration,
-    /// Reading a client's request body. Default 30s.
+    /// The longest gap between upstream body chunks once headers arrived, for streams and
+    /// whole answers alike. Default 120s.
     #[serde(with = "humantime_serde")]
-    pub client_body: Duration,
+    pub stream_idle: Duration,
+    /// A whole request, arrival to the end of its answer. Default: none.
+    #[serde(with = "humantime_serde", skip_serializing_if = "Option::is_none")]
+    pub total: Option<Duration>,
+    /// On SIGTERM or SIGINT, how long in-flight requests may run before their streams get
+    /// their dialect's error and lingo exits. Default 30s.
+    #[serde(with = "humantime_serde")]
+    pub shutdown_grace: Duration,
     /// How long an idle upstream connection stays pooled. Default 4s: vLLM and SGLang run
     /// uvicorn, which closes idle keep-alive connections after 5s; reusing one it is closing
     /// fails the request.
@@ -162,11 +205,103 @@ pub struct Timeouts {
 impl Default for Timeouts {
     fn default() -> Timeouts {
         Timeouts {
-            connect: Duration::from_secs(5),
-            response_headers: Duration::from_secs(600),
+            client_header: Duration::from_secs(30),
+            client_idle: Duration::from_secs(60),
             client_body: Duration::from_secs(30),
+            connect: Duration::from_secs(5),
+            first_token: Duration::from_secs(300),
+            response_headers: Duration::from_secs(600),
+            stream_idle: Duration::from_secs(120),
+            total: None,
+            shutdown_grace: Duration::from_secs(30),
             pool_idle: Duration::from_secs(4),
         }
+    }
+}
+
+/// What 'too many requests in flight' answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OverloadStatus {
+    /// 429 Too Many Requests (what OpenAI's clients retry on).
+    #[serde(rename = "429")]
+    TooMany,
+    /// 503 Service Unavailable.
+    #[serde(rename = "503")]
+    Unavailable,
+}
+
+impl OverloadStatus {
+    pub fn status(self) -> http::StatusCode {
+        match self {
+            OverloadStatus::TooMany => http::StatusCode::TOO_MANY_REQUESTS,
+            OverloadStatus::Unavailable => http::StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+}
+
+/// Bounds on everything a client or an upstream can make lingo hold.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    /// Open client connections. Further connections wait in the kernel's backlog. Default:
+    /// unset, meaning the open-file limit (raised to its hard limit at start) minus a
+    /// reserve for upstream connections and files.
+    pub max_connections: Option<usize>,
+    /// Requests in flight at once; beyond it a request is refused at once (429 or 503 with
+    /// `Retry-After`, in the client's dialect), never queued. Default: unset (no limit).
+    pub max_in_flight: Option<usize>,
+    /// The status `max_in_flight` answers with: 429 or 503. Default 429.
+    pub overload_status: OverloadStatus,
+    /// A client's request body, in bytes; larger is a 413. Default 16 MiB.
+    pub max_request_body: usize,
+    /// An upstream's error body, in bytes; the rest is cut and the cut noted. Default 1 MiB.
+    pub max_upstream_error_body: usize,
+    /// An upstream's whole (non-stream) answer, in bytes; larger fails the request with a
+    /// 502. Default 64 MiB.
+    pub max_upstream_body: usize,
+    /// One upstream stream event, in bytes; larger fails the stream. Default 4 MiB.
+    pub max_stream_event: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_connections: None,
+            max_in_flight: None,
+            overload_status: OverloadStatus::TooMany,
+            max_request_body: 16 << 20,
+            max_upstream_error_body: 1 << 20,
+            max_upstream_body: 64 << 20,
+            max_stream_event: 4 << 20,
+        }
+    }
+}
+
+/// Client authentication. With neither `keys_file` nor `keys_env` set, lingo serves
+/// everyone (and refuses to start with an upstream key on a non-loopback address unless
+/// `allow_unauthenticated`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthConfig {
+    /// A file of client keys, one per line: `NAME:KEY`, or `NAME:sha256:HEX` for a key
+    /// stored as its SHA-256. Blank lines and `#` comments are skipped. Default: unset.
+    pub keys_file: Option<String>,
+    /// An environment variable holding lines like those of `keys_file`. Default: unset.
+    pub keys_env: Option<String>,
+    /// Requests per minute each key may make. Default: unset (no limit).
+    pub requests_per_minute: Option<u32>,
+    /// Tokens (prompt plus generated) per minute each key may spend. Default: unset.
+    pub tokens_per_minute: Option<u64>,
+    /// Start without client auth even with an upstream key on a non-loopback address.
+    /// Default false.
+    pub allow_unauthenticated: bool,
+}
+
+impl AuthConfig {
+    /// Whether client authentication is configured.
+    pub fn enabled(&self) -> bool {
+        self.keys_file.is_some() || self.keys_env.is_some()
     }
 }
 
@@ -218,14 +353,66 @@ impl Config {
         }
         let t = &self.timeouts;
         for (key, d) in [
-            ("timeouts.connect", t.connect),
-            ("timeouts.response_headers", t.response_headers),
+            ("timeouts.client_header", t.client_header),
+            ("timeouts.client_idle", t.client_idle),
             ("timeouts.client_body", t.client_body),
+            ("timeouts.connect", t.connect),
+            ("timeouts.first_token", t.first_token),
+            ("timeouts.response_headers", t.response_headers),
+            ("timeouts.stream_idle", t.stream_idle),
+            ("timeouts.total", t.total.unwrap_or(Duration::MAX)),
             ("timeouts.pool_idle", t.pool_idle),
         ] {
             if d.is_zero() {
                 return Err(invalid(key, "must be greater than zero"));
             }
+        }
+        self.validate_limits()?;
+        self.validate_auth()
+    }
+
+    fn validate_limits(&self) -> Result<(), ConfigError> {
+        let l = &self.limits;
+        for (key, n) in [
+            ("limits.max_connections", l.max_connections.unwrap_or(1)),
+            ("limits.max_in_flight", l.max_in_flight.unwrap_or(1)),
+            ("limits.max_request_body", l.max_request_body),
+            ("limits.max_upstream_error_body", l.max_upstream_error_body),
+            ("limits.max_upstream_body", l.max_upstream_body),
+            ("limits.max_stream_event", l.max_stream_event),
+        ] {
+            if n == 0 {
+                return Err(invalid(key, "must be greater than zero"));
+            }
+        }
+        Ok(())
+    }
+
+    fn validate_auth(&self) -> Result<(), ConfigError> {
+        let a = &self.auth;
+        if a.keys_file.as_deref() == Some("") {
+            return Err(invalid("auth.keys_file", "must be a path"));
+        }
+        if a.keys_env.as_deref() == Some("") {
+            return Err(invalid("auth.keys_env", "must name a variable"));
+        }
+        if a.requests_per_minute == Some(0) {
+            return Err(invalid(
+                "auth.requests_per_minute",
+                "must be greater than zero",
+            ));
+        }
+        if a.tokens_per_minute == Some(0) {
+            return Err(invalid(
+                "auth.tokens_per_minute",
+                "must be greater than zero",
+            ));
+        }
+        if !self.metrics.on_client_port && self.metrics.listen.is_none() {
+            return Err(invalid(
+                "metrics.on_client_port",
+                "false needs metrics.listen, or /metrics is served nowhere",
+            ));
         }
         Ok(())
     }

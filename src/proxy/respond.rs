@@ -91,7 +91,7 @@ pub fn json() -> HeaderValue {
 /// An error before any output, in the client's dialect.
 pub fn error(st: &AppState, record: RequestRecord, dialect: Dialect, err: &ProxyError) -> Response {
     let outcome = match (err.source(), err) {
-        (_, ProxyError::UpstreamTimeout) => Outcome::Timeout,
+        (_, ProxyError::Timeout(_)) => Outcome::Timeout,
         (Source::Client, _) => Outcome::ClientError,
         _ => Outcome::UpstreamError,
     };
@@ -109,5 +109,10 @@ pub fn error(st: &AppState, record: RequestRecord, dialect: Dialect, err: &Proxy
         return full(st, record, StatusCode::OK, ct, out.freeze(), summary);
     }
     let body = Bytes::from(dialect.error_body(err));
-    full(st, record, dialect.error_status(err), json(), body, summary)
+    let mut resp = full(st, record, dialect.error_status(err), json(), body, summary);
+    if let Some(secs) = err.retry_after() {
+        resp.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+    }
+    resp
 }

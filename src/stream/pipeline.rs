@@ -276,7 +276,7 @@ impl State {
         }
         self.emit(out.freeze(), 0);
         let outcome = match err {
-            ProxyError::UpstreamTimeout => Outcome::Timeout,
+            ProxyError::Timeout(_) => Outcome::Timeout,
             _ => Outcome::UpstreamError,
         };
         self.close(Some((outcome, err.kind())));

@@ -10,7 +10,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
 use crate::config::Timeouts;
-use crate::error::ProxyError;
+use crate::error::{ProxyError, Timer};
 
 /// The upstream's answer: status, content type, and the still-unread body.
 pub struct UpstreamResponse {
@@ -180,7 +180,7 @@ fn closed_before_response(e: &Failure) -> bool {
 
 fn classify(uri: &str, e: Failure) -> ProxyError {
     let e = match e {
-        Failure::Timeout => return ProxyError::UpstreamTimeout,
+        Failure::Timeout => return ProxyError::Timeout(Timer::ResponseHeaders),
         Failure::Client(e) => e,
     };
     let mut text = e.to_string();
@@ -191,7 +191,7 @@ fn classify(uri: &str, e: Failure) -> ProxyError {
         src = s.source();
     }
     if text.contains("timed out") || text.contains("timeout") {
-        return ProxyError::UpstreamTimeout;
+        return ProxyError::Timeout(Timer::Connect);
     }
     ProxyError::UpstreamUnreachable(format!("{uri}: {text}"))
 }

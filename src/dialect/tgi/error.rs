@@ -13,11 +13,15 @@ fn error_type(err: &ProxyError) -> &'static str {
         ProxyError::InvalidRequest { .. }
         | ProxyError::Unsupported { .. }
         | ProxyError::ModelNotFound(_) => "validation",
-        ProxyError::UpstreamStatus { status: 429, .. } => "overloaded",
+        ProxyError::UpstreamStatus { status: 429, .. }
+        | ProxyError::RateLimited { .. }
+        | ProxyError::Overloaded { .. }
+        | ProxyError::ShuttingDown => "overloaded",
+        ProxyError::Unauthorized(_) => "validation",
         ProxyError::UpstreamStatus { status, .. } if *status < 500 => "validation",
         ProxyError::UpstreamStatus { .. } | ProxyError::Internal(_) => "generation",
         ProxyError::UpstreamUnreachable(_)
-        | ProxyError::UpstreamTimeout
+        | ProxyError::Timeout(_)
         | ProxyError::UpstreamProtocol(_) => "incomplete_generation",
     }
 }

@@ -2,6 +2,7 @@
 
 mod aux;
 mod aux_native;
+pub mod drain;
 mod generate;
 mod layers;
 mod respond;

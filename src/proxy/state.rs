@@ -14,6 +14,8 @@ pub struct AppState {
     pub client: Client,
     pub models: Models,
     pub metrics: Arc<Metrics>,
+    /// Shutdown phase, read by `/ready`, the accept loop and open streams.
+    pub drain: super::drain::Drain,
     kind: RwLock<Option<Kind>>,
 }
 
@@ -34,6 +36,7 @@ impl AppState {
             client,
             models,
             metrics,
+            drain: super::drain::Drain::default(),
             kind: RwLock::new(kind),
         }
     }

@@ -216,14 +216,12 @@ async fn client(
         let p = plan(&mut rng, &args, &model);
         bump(&tally.sent);
         let counter = match p.abandon_after {
-            Some(after) => match tokio::time::timeout(after, exchange(&http, &p)).await {
-                Ok(how) => how,
-                Err(_) => "abandoned",
-            },
-            None => match tokio::time::timeout(limit, exchange(&http, &p)).await {
-                Ok(how) => how,
-                Err(_) => "hung",
-            },
+            Some(after) => tokio::time::timeout(after, exchange(&http, &p))
+                .await
+                .unwrap_or("abandoned"),
+            None => tokio::time::timeout(limit, exchange(&http, &p))
+                .await
+                .unwrap_or("hung"),
         };
         bump(match counter {
             "ok" => &tally.ok,

@@ -201,7 +201,7 @@ fn broken_body() -> Response {
     Response::new(Body::from_stream(body))
 }
 
-const FILLER: [u8; 64 * 1024] = [b'x'; 64 * 1024];
+static FILLER: [u8; 64 * 1024] = [b'x'; 64 * 1024];
 /// Stands for the filler in the serialised error body.
 const MARK: &str = "MOCK_HUGE_ERROR_FILLER";
 

@@ -40,10 +40,15 @@ async fn mock(kind: MockKind) -> Mock {
 /// A generation request for `kind`: path and JSON body, streaming or not, 12 tokens.
 fn generation(kind: MockKind, stream: bool, prompt: &str) -> (&'static str, Value) {
     match kind {
-        MockKind::Vllm | MockKind::Sglang | MockKind::Openai => (
+        MockKind::Vllm | MockKind::Sglang => (
             "/v1/completions",
             json!({"model": "mock-model", "prompt": prompt, "max_tokens": 12,
-                   "stream": stream, "ignore_eos": kind != MockKind::Openai}),
+                   "stream": stream, "ignore_eos": true}),
+        ),
+        // OpenAI's API rejects undocumented fields such as `ignore_eos`.
+        MockKind::Openai => (
+            "/v1/completions",
+            json!({"model": "mock-model", "prompt": prompt, "max_tokens": 12, "stream": stream}),
         ),
         MockKind::Tgi => (
             if stream {
@@ -167,7 +172,10 @@ fn dechunk(raw: &[u8]) -> (Vec<u8>, bool) {
 /// Token events in a (partial) raw stream of `kind`.
 fn events(kind: MockKind, raw: &[u8]) -> usize {
     let (body, _) = dechunk(raw);
-    let text = String::from_utf8_lossy(&body);
+    count_events(kind, &String::from_utf8_lossy(&body))
+}
+
+fn count_events(kind: MockKind, text: &str) -> usize {
     match kind {
         MockKind::Ollama => text.matches("\"done\":false").count(),
         _ => text.matches("data:").count(),
@@ -561,4 +569,114 @@ async fn stats_report_faults_by_mode_name() {
         .unwrap();
     assert_eq!(stats["faults"]["reset"], 1);
     assert_eq!(stats["faults"]["hang-before-headers"], 0);
+}
+
+// Every kind supports every mode, streaming and whole.
+
+/// The kind's malformed stream event.
+fn malformed_payload(kind: MockKind) -> &'static str {
+    match kind {
+        MockKind::Ollama => "{\"model\":\"mock\",\"response\":\n",
+        _ => "data: {\"choices\": [\n\n",
+    }
+}
+
+async fn check(kind: MockKind, mode: FaultMode, stream: bool) {
+    let what = format!("{} {mode} stream={stream}", kind.as_str());
+    let m = mock(kind).await;
+    let (path, body) = generation(kind, stream, &format!("say lingo-fault:{mode} now"));
+    // Slow tokens at the 500 ms default would take long: 1 ms is enough to take the path.
+    let headers = [("x-mock-fault-bytes", "3000"), ("x-mock-fault-ms", "1")];
+    let mut tcp = send(m.addr, path, &body, &headers).await;
+    match mode {
+        FaultMode::HangBeforeHeaders => {
+            wait(&m.state, &what, |s| s.in_flight == 1).await;
+            assert!(silent(&tcp), "{what}");
+            close_and_expect_abort(&m, tcp).await;
+        }
+        FaultMode::HangAfterHeaders => {
+            let (raw, _) = read(&mut tcp, |r| head_end(r).is_some()).await;
+            assert_eq!(
+                (status(&raw), head_end(&raw)),
+                (200, Some(raw.len())),
+                "{what}"
+            );
+            close_and_expect_abort(&m, tcp).await;
+        }
+        FaultMode::StallMidStream => {
+            let enough = |r: &[u8]| match stream {
+                true => head_end(r).is_some() && events(kind, r) >= 3,
+                false => head_end(r).is_some() && !dechunk(r).0.is_empty(),
+            };
+            let (raw, end) = read(&mut tcp, enough).await;
+            assert_eq!(end, End::Reached, "{what}");
+            let (body, ended) = dechunk(&raw);
+            assert!(!ended, "{what}");
+            if !stream {
+                assert!(serde_json::from_slice::<Value>(&body).unwrap_err().is_eof());
+            }
+            assert!(silent(&tcp), "{what}");
+            close_and_expect_abort(&m, tcp).await;
+        }
+        FaultMode::CloseMidStream => {
+            let (raw, end) = read_to_end(&mut tcp).await;
+            assert_ne!(end, End::Reached, "{what}");
+            let (body, ended) = dechunk(&raw);
+            assert!(!ended, "{what}");
+            if stream {
+                assert_eq!(events(kind, &raw), 3, "{what}");
+            } else {
+                assert!(serde_json::from_slice::<Value>(&body).unwrap_err().is_eof());
+            }
+            wait(&m.state, &what, |s| s.failed == 1 && s.in_flight == 0).await;
+        }
+        FaultMode::MalformedChunk => {
+            let (raw, end) = read_to_end(&mut tcp).await;
+            assert_eq!(end, End::Eof, "{what}");
+            let (body, ended) = dechunk(&raw);
+            assert!(ended, "{what}");
+            if stream {
+                let text = String::from_utf8(body).unwrap();
+                let at = text.find(malformed_payload(kind)).expect(&what);
+                assert_eq!(count_events(kind, &text[..at]), 2, "{what}");
+                assert!(events(kind, &raw) > 3, "{what}: the stream did not go on");
+            } else {
+                assert!(header(&raw, "content-length").is_some(), "{what}");
+                assert!(serde_json::from_slice::<Value>(&body).is_err(), "{what}");
+            }
+            wait(&m.state, &what, |s| s.completed == 1).await;
+        }
+        FaultMode::Reset => {
+            let (raw, end) = read_to_end(&mut tcp).await;
+            assert_eq!((raw.len(), end), (0, End::Reset), "{what}");
+            wait(&m.state, &what, |s| s.failed == 1).await;
+        }
+        FaultMode::HugeError => {
+            let (raw, _) = read_to_end(&mut tcp).await;
+            assert_eq!(status(&raw), 400, "{what}");
+            let (body, ended) = dechunk(&raw);
+            assert!(ended && body.len() == 3000, "{what}");
+            let v: Value = serde_json::from_slice(&body).unwrap();
+            assert!(v.to_string().contains("injected huge error"), "{what}");
+            wait(&m.state, &what, |s| s.failed == 1).await;
+        }
+        FaultMode::SlowTokens => {
+            let (raw, end) = read_to_end(&mut tcp).await;
+            assert_eq!((status(&raw), end), (200, End::Eof), "{what}");
+            assert!(dechunk(&raw).1, "{what}");
+            wait(&m.state, &what, |s| s.completed == 1).await;
+        }
+    }
+    assert_eq!(m.state.stats().faults.get(mode), 1, "{what}");
+    assert_eq!(m.state.stats().faults.total(), 1, "{what}");
+}
+
+#[tokio::test]
+async fn every_kind_supports_every_mode() {
+    for kind in MockKind::ALL {
+        for mode in FaultMode::ALL {
+            check(kind, mode, true).await;
+            check(kind, mode, false).await;
+        }
+    }
 }

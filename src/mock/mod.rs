@@ -12,6 +12,25 @@
 //! failures) -> `sse`.
 //! `state` holds the counters; a `RequestGuard` dropped unfinished counts an abort.
 //!
+//! Fault modes (`fault` chooses, `inject` injects; README "The mock" has the full list), each
+//! in every kind's framing and error shape, streaming and whole:
+//! - `hang-before-headers`: no answer; the connection is held until the client closes it.
+//! - `hang-after-headers`: 200 and headers (chunked), then no body byte.
+//! - `stall-mid-stream`: 3 tokens' events (a whole answer: half its bytes), then silence.
+//! - `close-mid-stream`: as stall, then the connection is cut without the chunked terminator.
+//! - `malformed-chunk`: 2 tokens, an event that is not JSON, then the rest of the stream and
+//!   its end marker (a whole answer: half its body, sent as if it were all of it).
+//! - `reset`: closed before any response byte; an RST when served by [`serve_with`].
+//! - `huge-error`: a 400 in the route's error shape, `fault_error_bytes` long, streamed.
+//! - `slow-tokens`: `fault_slow` between tokens.
+//!
+//! Triggers, first match wins: header `x-mock-fault: <mode>` (with `x-mock-fault-bytes`,
+//! `x-mock-fault-ms`); the word `lingo-fault:<mode>` anywhere in the request body; `POST
+//! /mock/fault {"mode", "count"}` for the next N generation requests; `MockConfig::fault` at
+//! `fault_rate`. Only generation routes are faulted, before any other check (the `openai`
+//! kind's key included). A client that closes first counts as `aborted`; `close-mid-stream`,
+//! `reset` and `huge-error` count as `failed`; `MockStats::faults` counts per mode.
+//!
 //! Known simplifications: one model, no LoRA, no tool calls or reasoning output, no prompt
 //! logprobs for `echo`; SGLang's extra prefix-caching request for `n > 1`, per-request
 //! `stream_interval` and `/v1/models/{id}` are not simulated; TGI's `/v1/completions`, `/`,

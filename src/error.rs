@@ -73,6 +73,9 @@ pub enum ProxyError {
     /// The request is valid but the upstream cannot honour this field faithfully.
     #[error("{field}: {reason}")]
     Unsupported { field: String, reason: String },
+    /// The request body is over `limits.max_request_body`.
+    #[error("the request body is larger than {limit} bytes (limits.max_request_body)")]
+    TooLarge { limit: usize },
     #[error("model not found: {0}")]
     ModelNotFound(String),
     /// The upstream answered with an error status before any output.
@@ -132,6 +135,7 @@ impl ProxyError {
                 StatusCode::BAD_REQUEST
             }
             ProxyError::ModelNotFound(_) => StatusCode::NOT_FOUND,
+            ProxyError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ProxyError::UpstreamStatus { status, .. } => {
                 StatusCode::from_u16(*status).unwrap_or(StatusCode::BAD_GATEWAY)
             }
@@ -155,6 +159,7 @@ impl ProxyError {
             ProxyError::InvalidRequest { .. }
             | ProxyError::Unsupported { .. }
             | ProxyError::ModelNotFound(_)
+            | ProxyError::TooLarge { .. }
             | ProxyError::Unauthorized(_)
             | ProxyError::RateLimited { .. }
             | ProxyError::Timeout(Timer::ClientBody) => Source::Client,
@@ -172,6 +177,7 @@ impl ProxyError {
             ProxyError::InvalidRequest { .. } => "invalid_request",
             ProxyError::Unsupported { .. } => "unsupported",
             ProxyError::ModelNotFound(_) => "model_not_found",
+            ProxyError::TooLarge { .. } => "request_too_large",
             ProxyError::UpstreamStatus { .. } => "upstream_status",
             ProxyError::UpstreamUnreachable(_) => "upstream_unreachable",
             ProxyError::Timeout(t) => t.kind(),

@@ -38,6 +38,7 @@ pub fn app_with_metrics(config: Config, metrics: Arc<Metrics>) -> Router {
 /// The router over an existing state (so `serve` can warm the state up first).
 pub fn router(state: Arc<AppState>) -> Router {
     let body_timeout = state.config.timeouts.client_body;
+    let body_limit = state.config.limits.max_request_body;
     let gen = |d: Dialect| move |s, h, b| generate::handle(s, d, h, b);
     let gen_stream = |d: Dialect| move |s, h, b| generate::handle_stream(s, d, h, b);
     let routes = Router::new()
@@ -69,7 +70,11 @@ pub fn router(state: Arc<AppState>) -> Router {
             .layer(layers::catch_panic())
             .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
                 body_timeout,
-            )),
+            ))
+            // The generation routes read their body under this limit themselves
+            // (`generate::ClientBody`, a 413 in the client's dialect); axum's extractors on
+            // the other routes read it from here.
+            .layer(axum::extract::DefaultBodyLimit::max(body_limit)),
     )
 }
 

@@ -37,7 +37,8 @@ type Connector = hyper_rustls::HttpsConnector<HttpConnector>;
 /// client.
 #[derive(Clone)]
 pub struct Client {
-    base: String,
+    /// The base URL as configured, credentials included: only ever sent, never shown.
+    target: String,
     /// `base` with any password masked: what logs, errors and `/get_server_info` show.
     shown: String,
     /// The configured `upstream.name`: how client-facing errors name this upstream.
@@ -63,7 +64,7 @@ impl Client {
         Client {
             shown: redact_url(&base),
             name: "upstream".into(),
-            base,
+            target: base,
             inner,
             header_timeout: t.response_headers,
             auth: None,
@@ -115,7 +116,7 @@ impl Client {
         body: Bytes,
         headers: &[(HeaderName, HeaderValue)],
     ) -> Result<UpstreamResponse, ProxyError> {
-        let uri = format!("{}{}", self.base, path);
+        let uri = format!("{}{}", self.target, path);
         let build = || {
             let mut req = Request::builder().method(method.clone()).uri(&uri);
             for (k, v) in headers {

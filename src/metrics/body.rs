@@ -80,6 +80,7 @@ fn on_tokens(record: &mut RequestRecord, metrics: &Metrics, tokens: u32) {
     }
     record.last_token = Some(now);
     record.tokens += u64::from(tokens);
+    record.charge_key();
 }
 
 fn on_end(record: &mut RequestRecord, metrics: &Metrics, s: Summary) {
@@ -98,6 +99,7 @@ fn on_end(record: &mut RequestRecord, metrics: &Metrics, s: Summary) {
         record.outcome = outcome;
         record.error_kind = Some(kind);
     }
+    record.charge_key();
     metrics.request_finished(record);
 }
 

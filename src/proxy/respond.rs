@@ -46,6 +46,7 @@ pub fn record(st: &AppState, dialect: Dialect, model: Option<&str>, at: &Arrival
     rec.request_id = at.request_id.clone();
     rec.model = model.map(str::to_string);
     rec.stream = at.stream;
+    rec.key = crate::auth::current();
     rec
 }
 

@@ -275,7 +275,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("binding {}", config.listen))?;
-    tracing::info!(listen = %config.listen, upstream = %config.upstream.url, "lingo serve");
+    let upstream = lingo::upstream::redact_url(&config.upstream.url);
+    tracing::info!(listen = %config.listen, %upstream, "lingo serve");
     lingo::proxy::serve(listener, config, super::shutdown_signal()).await?;
     Ok(())
 }

@@ -43,6 +43,7 @@ pub fn router(state: Arc<AppState>) -> Router {
     let body_timeout = state.config.timeouts.client_body;
     let gate = auth::gate::Gate::new(&state.config.auth, state.metrics.clone());
     let slots = admission::Admission::new(&state.config.limits, state.metrics.clone());
+    let body_limit = state.config.limits.max_request_body;
     let gen = |d: Dialect| move |s, h, b| generate::handle(s, d, h, b);
     let gen_stream = |d: Dialect| move |s, h, b| generate::handle_stream(s, d, h, b);
     let routes = Router::new()
@@ -79,7 +80,11 @@ pub fn router(state: Arc<AppState>) -> Router {
             .layer(middleware::from_fn_with_state(gate, auth::gate::check))
             .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
                 body_timeout,
-            )),
+            ))
+            // The generation routes read their body under this limit themselves
+            // (`generate::ClientBody`, a 413 in the client's dialect); axum's extractors on
+            // the other routes read it from here.
+            .layer(axum::extract::DefaultBodyLimit::max(body_limit)),
     )
 }
 

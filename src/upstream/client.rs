@@ -37,7 +37,12 @@ type Connector = hyper_rustls::HttpsConnector<HttpConnector>;
 /// client.
 #[derive(Clone)]
 pub struct Client {
-    base: String,
+    /// The base URL as configured, credentials included: only ever sent, never shown.
+    target: String,
+    /// `base` with any password masked: what logs, errors and `/get_server_info` show.
+    shown: String,
+    /// The configured `upstream.name`: how client-facing errors name this upstream.
+    name: String,
     inner: hyper_util::client::legacy::Client<Connector, Full<Bytes>>,
     header_timeout: Duration,
     /// `Authorization` for every request, replacing the client's (`upstream.api_key_env`).
@@ -55,8 +60,11 @@ impl Client {
             .pool_idle_timeout(t.pool_idle)
             .pool_max_idle_per_host(1024)
             .build(tls(connector));
+        let base = base.trim_end_matches('/').to_string();
         Client {
-            base: base.trim_end_matches('/').to_string(),
+            shown: redact_url(&base),
+            name: "upstream".into(),
+            target: base,
             inner,
             header_timeout: t.response_headers,
             auth: None,
@@ -72,8 +80,19 @@ impl Client {
         Ok(self)
     }
 
+    /// Name this upstream in client-facing errors (`upstream.name`).
+    pub fn named(mut self, name: &str) -> Client {
+        self.name = name.to_string();
+        self
+    }
+
+    /// The base URL as it may be shown: credentials masked (`redact_url`).
     pub fn base(&self) -> &str {
-        &self.base
+        &self.shown
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
     pub async fn get(&self, path: &str) -> Result<UpstreamResponse, ProxyError> {
@@ -97,7 +116,7 @@ impl Client {
         body: Bytes,
         headers: &[(HeaderName, HeaderValue)],
     ) -> Result<UpstreamResponse, ProxyError> {
-        let uri = format!("{}{}", self.base, path);
+        let uri = format!("{}{}", self.target, path);
         let build = || {
             let mut req = Request::builder().method(method.clone()).uri(&uri);
             for (k, v) in headers {
@@ -112,7 +131,7 @@ impl Client {
                 req = req.header(header::CONTENT_TYPE, "application/json");
             }
             req.body(Full::new(body.clone()))
-                .map_err(|e| ProxyError::Internal(format!("building request to {uri}: {e}")))
+                .map_err(|e| ProxyError::Internal(format!("building a request to {path}: {e}")))
         };
         let deadline = tokio::time::Instant::now() + self.header_timeout;
         let mut result = self.attempt(build()?, deadline).await;
@@ -122,7 +141,7 @@ impl Client {
         if matches!(&result, Err(e) if closed_before_response(e)) {
             result = self.attempt(build()?, deadline).await;
         }
-        let resp = result.map_err(|e| classify(&uri, e))?;
+        let resp = result.map_err(|e| self.classify(path, e))?;
         let (parts, body) = resp.into_parts();
         Ok(UpstreamResponse {
             status: parts.status,
@@ -178,22 +197,53 @@ fn closed_before_response(e: &Failure) -> bool {
     false
 }
 
-fn classify(uri: &str, e: Failure) -> ProxyError {
-    let e = match e {
-        Failure::Timeout => return ProxyError::Timeout(Timer::ResponseHeaders),
-        Failure::Client(e) => e,
+impl Client {
+    /// A failed send as the client may see it: the upstream by its configured name and what
+    /// happened in a word; the URL and the OS's error text go to the log only.
+    fn classify(&self, path: &str, e: Failure) -> ProxyError {
+        let e = match e {
+            Failure::Timeout => return ProxyError::Timeout(Timer::ResponseHeaders),
+            Failure::Client(e) => e,
+        };
+        let mut text = e.to_string();
+        let mut io_kind = None;
+        let mut src = std::error::Error::source(&e);
+        while let Some(s) = src {
+            text.push_str(": ");
+            text.push_str(&s.to_string());
+            io_kind = io_kind.or(s.downcast_ref::<std::io::Error>().map(|io| io.kind()));
+            src = s.source();
+        }
+        tracing::warn!(upstream = %self.name, url = %self.shown, path, error = %text, "upstream request failed");
+        if text.contains("timed out") || text.contains("timeout") {
+            return ProxyError::Timeout(Timer::Connect);
+        }
+        let what = match io_kind {
+            Some(std::io::ErrorKind::ConnectionRefused) => "refused the connection",
+            Some(std::io::ErrorKind::ConnectionReset) => "reset the connection",
+            Some(std::io::ErrorKind::ConnectionAborted) => "closed the connection",
+            _ if e.is_connect() => "could not be connected to",
+            _ => "closed the connection before answering",
+        };
+        ProxyError::UpstreamUnreachable(format!("`{}` {what}", self.name))
+    }
+}
+
+/// A URL with its credentials masked, for anything a person or client may read:
+/// `http://user:secret@host/` becomes `http://user:***@host/`; a lone user part (often a
+/// token) is masked whole.
+pub fn redact_url(url: &str) -> String {
+    let start = url.find("://").map_or(0, |i| i + 3);
+    let rest = &url[start..];
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let Some(at) = rest[..end].rfind('@') else {
+        return url.to_string();
     };
-    let mut text = e.to_string();
-    let mut src = std::error::Error::source(&e);
-    while let Some(s) = src {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        src = s.source();
-    }
-    if text.contains("timed out") || text.contains("timeout") {
-        return ProxyError::Timeout(Timer::Connect);
-    }
-    ProxyError::UpstreamUnreachable(format!("{uri}: {text}"))
+    let masked = match rest[..at].split_once(':') {
+        Some((user, _)) => format!("{user}:***"),
+        None => "***".to_string(),
+    };
+    format!("{}{masked}{}", &url[..start], &rest[at..])
 }
 
 /// The client headers worth forwarding upstream: credentials and the request id. Anthropic's
@@ -217,4 +267,28 @@ pub fn forward_headers(headers: &HeaderMap) -> Vec<(HeaderName, HeaderValue)> {
         out.push((header::AUTHORIZATION, v));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact_url;
+
+    #[test]
+    fn redact_url_masks_credentials_only() {
+        let cases = [
+            (
+                "http://user:secret@127.0.0.1:8000",
+                "http://user:***@127.0.0.1:8000",
+            ),
+            ("https://u:p@w@host/v1?x=a@b", "https://u:***@host/v1?x=a@b"),
+            ("http://token@host:1/", "http://***@host:1/"),
+            ("http://127.0.0.1:8000", "http://127.0.0.1:8000"),
+            ("http://host/path@x", "http://host/path@x"),
+            ("user:pw@host:80", "user:***@host:80"),
+            ("", ""),
+        ];
+        for (url, want) in cases {
+            assert_eq!(redact_url(url), want, "{url}");
+        }
+    }
 }

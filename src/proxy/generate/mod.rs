@@ -1,8 +1,11 @@
 //! The generation endpoints: pass through when the upstream speaks the client's dialect,
 //! translate through the canonical model otherwise.
 
+mod body;
 mod passthrough;
 mod translate;
+
+pub use body::ClientBody;
 
 use std::sync::Arc;
 
@@ -19,10 +22,13 @@ pub async fn handle(
     State(st): State<Arc<AppState>>,
     dialect: Dialect,
     headers: HeaderMap,
-    body: Bytes,
+    ClientBody(body): ClientBody,
 ) -> Response {
     let at = respond::Arrival::new(&headers);
-    run(&st, dialect, at, &headers, body).await
+    match body {
+        Ok(body) => run(&st, dialect, at, &headers, body).await,
+        Err(e) => refuse(&st, dialect, &at, &e),
+    }
 }
 
 /// TGI's `POST /generate_stream`: the route, not the body, asks for a stream.
@@ -30,11 +36,24 @@ pub async fn handle_stream(
     State(st): State<Arc<AppState>>,
     dialect: Dialect,
     headers: HeaderMap,
-    body: Bytes,
+    ClientBody(body): ClientBody,
 ) -> Response {
     let mut at = respond::Arrival::new(&headers);
     at.stream = true;
-    run(&st, dialect, at, &headers, body).await
+    match body {
+        Ok(body) => run(&st, dialect, at, &headers, body).await,
+        Err(e) => refuse(&st, dialect, &at, &e),
+    }
+}
+
+/// A request refused before anything was decoded (its body could not be read).
+fn refuse(
+    st: &AppState,
+    dialect: Dialect,
+    at: &respond::Arrival,
+    e: &crate::error::ProxyError,
+) -> Response {
+    respond::error(st, respond::record(st, dialect, None, at), dialect, e)
 }
 
 async fn run(
@@ -63,10 +82,14 @@ async fn run(
 pub async fn handle_generate(
     st: State<Arc<AppState>>,
     headers: HeaderMap,
-    body: Bytes,
+    ClientBody(body): ClientBody,
 ) -> Response {
-    match crate::dialect::generate_dialect(&body) {
-        Ok(d) => handle(st, d, headers, body).await,
+    // Before the body is known, SGLang's shape speaks for the route.
+    let Ok(bytes) = body else {
+        return handle(st, Dialect::Sglang, headers, ClientBody(body)).await;
+    };
+    match crate::dialect::generate_dialect(&bytes) {
+        Ok(d) => handle(st, d, headers, ClientBody(Ok(bytes))).await,
         Err(e) => {
             let at = respond::Arrival::new(&headers);
             let rec = respond::record(&st, Dialect::Sglang, None, &at);
@@ -80,7 +103,7 @@ pub async fn handle_generate(
 pub async fn handle_tgi_compat(
     st: State<Arc<AppState>>,
     headers: HeaderMap,
-    body: Bytes,
+    ClientBody(body): ClientBody,
 ) -> Response {
     #[derive(serde::Deserialize)]
     struct Compat {
@@ -88,7 +111,10 @@ pub async fn handle_tgi_compat(
         stream: bool,
     }
     // A body that does not parse gets its error from the TGI decoder.
-    let stream = serde_json::from_slice::<Compat>(&body).is_ok_and(|c| c.stream);
+    let stream = body
+        .as_ref()
+        .is_ok_and(|b| serde_json::from_slice::<Compat>(b).is_ok_and(|c| c.stream));
+    let body = ClientBody(body);
     if stream {
         return handle_stream(st, Dialect::Tgi, headers, body).await;
     }

@@ -37,6 +37,7 @@ pub struct Metrics {
     upstream_headers: HistogramVec,
     overhead: HistogramVec,
     in_flight: IntGaugeVec,
+    decode_errors: IntCounterVec,
     vllm: Option<vllm::VllmCompat>,
     log: Option<RequestLog>,
     /// Record nothing (`--no-metrics`, to measure what metrics cost).
@@ -102,6 +103,12 @@ impl Metrics {
                 OVERHEAD_BUCKETS,
             ),
             in_flight,
+            decode_errors: counter(
+                &r,
+                DECODE_ERRORS.0,
+                DECODE_ERRORS.1,
+                &["dialect", "upstream"],
+            ),
             vllm: None,
             log: None,
             off: false,
@@ -208,6 +215,16 @@ impl Metrics {
         if let Some(log) = &self.log {
             log.record(r);
         }
+    }
+
+    /// `n` upstream stream events of one request could not be decoded.
+    pub fn stream_decode_errors(&self, l: &Labels, n: u32) {
+        if self.off || n == 0 {
+            return;
+        }
+        self.decode_errors
+            .with_label_values(&[l.dialect, &l.upstream])
+            .inc_by(u64::from(n));
     }
 
     pub fn observe_ttft(&self, r: &RequestRecord, seconds: f64) {

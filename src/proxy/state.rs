@@ -21,7 +21,8 @@ pub struct AppState {
 
 impl AppState {
     pub fn new(config: Config, metrics: Arc<Metrics>) -> AppState {
-        let mut client = Client::new(&config.upstream.url, &config.timeouts);
+        let mut client =
+            Client::new(&config.upstream.url, &config.timeouts).with_limits(&config.limits);
         // `validate()` has checked that an explicitly named variable is set.
         if let Ok(Some(key)) = config.upstream.api_key() {
             match client.clone().with_api_key(&key) {

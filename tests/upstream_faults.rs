@@ -509,7 +509,7 @@ async fn the_end_of_the_grace_ends_open_streams_in_band_and_whole_answers_with_5
     state.drain.expire();
     let mut rest = String::from_utf8(first.to_vec()).unwrap();
     while let Some(c) = r.chunk().await.unwrap() {
-        rest.push_str(&String::from_utf8(c.to_vec()).unwrap());
+        rest.push_str(std::str::from_utf8(&c).unwrap());
     }
     ends_with_error(&sse_events(&rest), "shutting down");
     assert!(eventually(|| mock.state.stats().aborted == 1).await);

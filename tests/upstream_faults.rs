@@ -532,3 +532,197 @@ async fn the_end_of_the_grace_ends_open_streams_in_band_and_whole_answers_with_5
 async fn post_json_owned(url: String) -> reqwest::Response {
     post_json(&url, &completions(false)).await
 }
+
+/// The three ways a fault reaches a client in the table below.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Way {
+    /// OpenAI completions passed through to vLLM.
+    OpenaiOnVllm,
+    /// SGLang's `/generate` translated to vLLM's completions.
+    SglangOnVllm,
+    /// Ollama's `/api/generate` passed through to Ollama (NDJSON).
+    OllamaOnOllama,
+}
+
+impl Way {
+    fn mock(self) -> MockKind {
+        match self {
+            Way::OllamaOnOllama => MockKind::Ollama,
+            _ => MockKind::Vllm,
+        }
+    }
+
+    fn kind(self) -> KindSetting {
+        match self {
+            Way::OllamaOnOllama => KindSetting::Ollama,
+            _ => KindSetting::Vllm,
+        }
+    }
+
+    fn request(self, mode: &str) -> (&'static str, Value) {
+        let prompt = format!("hello lingo-fault:{mode}");
+        match self {
+            Way::OpenaiOnVllm => (
+                "/v1/completions",
+                json!({"model": "m", "prompt": prompt, "max_tokens": 16, "stream": true}),
+            ),
+            Way::SglangOnVllm => (
+                "/generate",
+                json!({"text": prompt, "stream": true, "sampling_params": {"max_new_tokens": 16}}),
+            ),
+            Way::OllamaOnOllama => (
+                "/api/generate",
+                json!({"model": "m", "prompt": prompt, "options": {"num_predict": 16}}),
+            ),
+        }
+    }
+
+    /// The stream's in-band error message, if it ends with one (and its end marker).
+    fn in_band_error(self, body: &str) -> Option<String> {
+        if self == Way::OllamaOnOllama {
+            let last: Value = serde_json::from_str(body.lines().last()?).ok()?;
+            return last["error"].as_str().map(str::to_string);
+        }
+        let events = sse_events(body);
+        let n = events.len();
+        if n < 2 || events[n - 1] != Value::String("[DONE]".into()) {
+            return None;
+        }
+        events[n - 2]["error"]["message"]
+            .as_str()
+            .map(str::to_string)
+    }
+
+    /// Whether the stream ended as a complete one.
+    fn complete(self, body: &str) -> bool {
+        match self {
+            Way::OllamaOnOllama => body
+                .lines()
+                .last()
+                .and_then(|l| serde_json::from_str::<Value>(l).ok())
+                .is_some_and(|v| v["done"] == true),
+            _ => sse_events(body).last() == Some(&Value::String("[DONE]".into())),
+        }
+    }
+}
+
+/// What a fault must come to.
+enum Expect {
+    /// This status, outcome and error kind before any output.
+    Status(u16, &'static str, &'static str),
+    /// 200, then the in-band error naming `.0`, with this outcome and error kind.
+    InBand(&'static str, &'static str, &'static str),
+    /// A complete stream, the bad event counted as a decode error.
+    Forwarded,
+}
+
+#[tokio::test]
+async fn every_mock_fault_through_every_way() {
+    use Expect::*;
+    let ways = [Way::OpenaiOnVllm, Way::SglangOnVllm, Way::OllamaOnOllama];
+    for way in ways {
+        let passthrough = way != Way::SglangOnVllm;
+        let malformed = if passthrough {
+            Forwarded
+        } else {
+            InBand("", "upstream_error", "upstream_protocol")
+        };
+        let table = [
+            (
+                "hang-before-headers",
+                Status(504, "timeout", "timeout_first_token"),
+            ),
+            (
+                "hang-after-headers",
+                InBand("first_token", "timeout", "timeout_first_token"),
+            ),
+            (
+                "stall-mid-stream",
+                InBand("stream_idle", "timeout", "timeout_stream_idle"),
+            ),
+            (
+                "close-mid-stream",
+                InBand("", "upstream_error", "upstream_unreachable"),
+            ),
+            ("malformed-chunk", malformed),
+            (
+                "reset",
+                Status(502, "upstream_error", "upstream_unreachable"),
+            ),
+        ];
+        for (mode, expect) in table {
+            one_fault(way, mode, expect).await;
+        }
+    }
+}
+
+async fn one_fault(way: Way, mode: &str, expect: Expect) {
+    let mock = mock_with(MockConfig {
+        kind: way.mock(),
+        model: "m".into(),
+        ..MockConfig::default()
+    })
+    .await;
+    let mut cfg = config(&mock.url(), way.kind());
+    cfg.timeouts.first_token = SHORT;
+    cfg.timeouts.stream_idle = SHORT;
+    let base = lingo(cfg).await;
+    let (path, body) = way.request(mode);
+    let r = post_json(&format!("{base}{path}"), &body).await;
+    let status = r.status().as_u16();
+    let body = r.text().await.unwrap();
+    let case = format!("{way:?} {mode}: {status} {body}");
+    match expect {
+        Expect::Status(want, outcome, kind) => {
+            assert_eq!(status, want, "{case}");
+            counted_once(&base, outcome, Some(kind)).await;
+        }
+        Expect::InBand(what, outcome, kind) => {
+            assert_eq!(status, 200, "{case}");
+            let message = way.in_band_error(&body);
+            assert!(message.is_some_and(|m| m.contains(what)), "{case}");
+            counted_once(&base, outcome, Some(kind)).await;
+        }
+        Expect::Forwarded => {
+            assert_eq!(status, 200, "{case}");
+            assert!(way.complete(&body), "{case}");
+            let text = counted_once(&base, "ok", None).await;
+            assert_eq!(
+                sum(&text, "lingo_stream_decode_errors_total", &[]),
+                1.0,
+                "{case}"
+            );
+        }
+    }
+    // Every fault that lingo ends closes the upstream connection: the mock counts an abort.
+    if matches!(
+        mode,
+        "hang-before-headers" | "hang-after-headers" | "stall-mid-stream"
+    ) {
+        let aborted = eventually(|| mock.state.stats().aborted == 1).await;
+        assert!(aborted, "{case}: {:?}", mock.state.stats());
+    }
+}
+
+#[tokio::test]
+async fn a_huge_mock_error_is_cut_in_every_way() {
+    for way in [Way::OpenaiOnVllm, Way::SglangOnVllm, Way::OllamaOnOllama] {
+        let mock = mock_with(MockConfig {
+            kind: way.mock(),
+            model: "m".into(),
+            fault_error_bytes: 4 << 20,
+            ..MockConfig::default()
+        })
+        .await;
+        let mut cfg = config(&mock.url(), way.kind());
+        cfg.limits.max_upstream_error_body = 64 << 10;
+        let base = lingo(cfg).await;
+        let (path, body) = way.request("huge-error");
+        let r = post_json(&format!("{base}{path}"), &body).await;
+        assert_eq!(r.status(), 400, "{way:?}");
+        let body = r.text().await.unwrap();
+        assert!(body.len() < (64 << 10) + 200, "{way:?}: {}", body.len());
+        assert!(body.contains("[cut at 65536 bytes]"), "{way:?}");
+        counted_once(&base, "client_error", Some("upstream_status")).await;
+    }
+}

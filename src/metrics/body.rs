@@ -34,6 +34,8 @@ pub struct Summary {
     /// `Some` when the request failed; the outcome and error kind.
     pub error: Option<(Outcome, &'static str)>,
     pub upstream_wait: Duration,
+    /// Upstream stream events lingo could not decode (passthrough forwards them as they came).
+    pub decode_errors: u32,
 }
 
 pin_project_lite::pin_project! {
@@ -95,6 +97,7 @@ fn on_end(record: &mut RequestRecord, metrics: &Metrics, s: Summary) {
     record.estimated = s.estimated;
     record.finish = s.finish;
     record.upstream_wait += s.upstream_wait;
+    metrics.stream_decode_errors(&record.labels, s.decode_errors);
     if let Some((outcome, kind)) = s.error {
         record.outcome = outcome;
         record.error_kind = Some(kind);

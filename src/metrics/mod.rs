@@ -56,6 +56,7 @@ pub struct Metrics {
     overhead: HistogramVec,
     in_flight: IntGaugeVec,
     refused: IntCounterVec,
+    decode_errors: IntCounterVec,
     vllm: Option<vllm::VllmCompat>,
     log: Option<RequestLog>,
     /// Record nothing (`--no-metrics`, to measure what metrics cost).
@@ -122,6 +123,12 @@ impl Metrics {
             ),
             in_flight,
             refused: counter(&r, REFUSED.0, REFUSED.1, &["reason"]),
+            decode_errors: counter(
+                &r,
+                DECODE_ERRORS.0,
+                DECODE_ERRORS.1,
+                &["dialect", "upstream"],
+            ),
             vllm: None,
             log: None,
             off: false,
@@ -237,6 +244,16 @@ impl Metrics {
             return;
         }
         self.refused.with_label_values(&[why.label()]).inc();
+    }
+
+    /// `n` upstream stream events of one request could not be decoded.
+    pub fn stream_decode_errors(&self, l: &Labels, n: u32) {
+        if self.off || n == 0 {
+            return;
+        }
+        self.decode_errors
+            .with_label_values(&[l.dialect, &l.upstream])
+            .inc_by(u64::from(n));
     }
 
     pub fn observe_ttft(&self, r: &RequestRecord, seconds: f64) {

@@ -46,6 +46,10 @@ pub const OVERHEAD: (&str, &str) = (
     "lingo_overhead_seconds",
     "Time spent inside lingo per request (total minus time waiting on the upstream).",
 );
+pub const DECODE_ERRORS: (&str, &str) = (
+    "lingo_stream_decode_errors_total",
+    "Upstream stream events lingo could not decode (passthrough forwards them as they came).",
+);
 pub const IN_FLIGHT: (&str, &str) = (
     "lingo_requests_in_flight",
     "Requests being served, per upstream.",

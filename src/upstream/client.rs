@@ -9,8 +9,9 @@ use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
-use crate::config::Timeouts;
+use crate::config::{Limits, Timeouts};
 use crate::error::{ProxyError, Timer};
+use crate::stream::timers::HeaderWait;
 
 /// The upstream's answer: status, content type, and the still-unread body.
 pub struct UpstreamResponse {
@@ -18,16 +19,55 @@ pub struct UpstreamResponse {
     pub content_type: Option<http::HeaderValue>,
     pub headers: HeaderMap,
     pub body: Incoming,
+    bounds: BodyBounds,
+}
+
+/// What reading a whole upstream body may take: bytes, and time between chunks.
+#[derive(Debug, Clone, Copy)]
+struct BodyBounds {
+    /// `limits.max_upstream_body`: a larger answer fails.
+    whole: usize,
+    /// `limits.max_upstream_error_body`: the rest of a larger error is not read.
+    error: usize,
+    /// `timeouts.stream_idle`.
+    idle: Duration,
 }
 
 impl UpstreamResponse {
-    /// Read the whole body (non-streaming answers and error bodies).
+    /// Read the whole body (non-streaming answers and error bodies), within the limits: an
+    /// answer larger than `limits.max_upstream_body` fails (502); an error body is cut at
+    /// `limits.max_upstream_error_body`, noting the cut, and the rest is never read (the
+    /// connection is dropped with it). A gap longer than `timeouts.stream_idle` fails too.
     pub async fn bytes(self) -> Result<Bytes, ProxyError> {
-        self.body
-            .collect()
-            .await
-            .map(|c| c.to_bytes())
-            .map_err(|e| ProxyError::UpstreamUnreachable(format!("reading body: {e}")))
+        let b = self.bounds;
+        let error = !self.status.is_success();
+        let limit = if error { b.error } else { b.whole };
+        let mut body = self.body;
+        let mut out = bytes::BytesMut::new();
+        loop {
+            let frame = match tokio::time::timeout(b.idle, body.frame()).await {
+                Err(_) => return Err(ProxyError::Timeout(Timer::StreamIdle)),
+                Ok(None) => return Ok(out.freeze()),
+                Ok(Some(f)) => f.map_err(|e| {
+                    ProxyError::UpstreamUnreachable(format!("reading the body: {e}"))
+                })?,
+            };
+            let Ok(data) = frame.into_data() else {
+                continue;
+            };
+            if out.len() + data.len() <= limit {
+                out.extend_from_slice(&data);
+                continue;
+            }
+            if !error {
+                return Err(ProxyError::UpstreamProtocol(format!(
+                    "the answer is larger than limits.max_upstream_body ({limit} bytes)"
+                )));
+            }
+            out.extend_from_slice(&data[..limit - out.len()]);
+            out.extend_from_slice(format!(" ... [cut at {limit} bytes]").as_bytes());
+            return Ok(out.freeze());
+        }
     }
 }
 
@@ -45,6 +85,7 @@ pub struct Client {
     name: String,
     inner: hyper_util::client::legacy::Client<Connector, Full<Bytes>>,
     header_timeout: Duration,
+    bounds: BodyBounds,
     /// `Authorization` for every request, replacing the client's (`upstream.api_key_env`).
     auth: Option<HeaderValue>,
 }
@@ -67,8 +108,20 @@ impl Client {
             target: base,
             inner,
             header_timeout: t.response_headers,
+            bounds: BodyBounds {
+                whole: Limits::default().max_upstream_body,
+                error: Limits::default().max_upstream_error_body,
+                idle: t.stream_idle,
+            },
             auth: None,
         }
+    }
+
+    /// Read whole bodies within these limits (`max_upstream_body`, `max_upstream_error_body`).
+    pub fn with_limits(mut self, l: &Limits) -> Client {
+        self.bounds.whole = l.max_upstream_body;
+        self.bounds.error = l.max_upstream_error_body;
+        self
     }
 
     /// Send `Authorization: Bearer <key>` on every request.
@@ -108,6 +161,19 @@ impl Client {
         self.send(Method::POST, path, body, headers).await
     }
 
+    /// `post_json`, waiting for the headers until `wait.deadline` (a generation's own
+    /// timers: `first_token` for streams when it is sooner).
+    pub async fn post_json_until(
+        &self,
+        path: &str,
+        body: Bytes,
+        headers: &[(HeaderName, HeaderValue)],
+        wait: HeaderWait,
+    ) -> Result<UpstreamResponse, ProxyError> {
+        self.send_until(Method::POST, path, body, headers, wait)
+            .await
+    }
+
     /// Send and wait for the response headers, at most `header_timeout`.
     pub async fn send(
         &self,
@@ -115,6 +181,21 @@ impl Client {
         path: &str,
         body: Bytes,
         headers: &[(HeaderName, HeaderValue)],
+    ) -> Result<UpstreamResponse, ProxyError> {
+        let wait = HeaderWait {
+            deadline: tokio::time::Instant::now() + self.header_timeout,
+            timer: Timer::ResponseHeaders,
+        };
+        self.send_until(method, path, body, headers, wait).await
+    }
+
+    async fn send_until(
+        &self,
+        method: Method,
+        path: &str,
+        body: Bytes,
+        headers: &[(HeaderName, HeaderValue)],
+        wait: HeaderWait,
     ) -> Result<UpstreamResponse, ProxyError> {
         let uri = format!("{}{}", self.target, path);
         let build = || {
@@ -133,13 +214,16 @@ impl Client {
             req.body(Full::new(body.clone()))
                 .map_err(|e| ProxyError::Internal(format!("building a request to {path}: {e}")))
         };
-        let deadline = tokio::time::Instant::now() + self.header_timeout;
+        let deadline = wait.deadline;
         let mut result = self.attempt(build()?, deadline).await;
         // A pooled connection the server closed while idle fails before any response byte
         // (cpp-httplib under llama.cpp does this after a stream). The server never saw the
         // request, so sending it once more, on a fresh connection, is safe.
         if matches!(&result, Err(e) if closed_before_response(e)) {
             result = self.attempt(build()?, deadline).await;
+        }
+        if let Err(Failure::Timeout) = result {
+            return Err(ProxyError::Timeout(wait.timer));
         }
         let resp = result.map_err(|e| self.classify(path, e))?;
         let (parts, body) = resp.into_parts();
@@ -148,6 +232,7 @@ impl Client {
             content_type: parts.headers.get(header::CONTENT_TYPE).cloned(),
             headers: parts.headers,
             body,
+            bounds: self.bounds,
         })
     }
 }

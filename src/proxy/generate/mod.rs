@@ -118,14 +118,16 @@ pub async fn handle_tgi_compat(
     if stream {
         return handle_stream(st, Dialect::Tgi, headers, body).await;
     }
+    let limit = st.config.limits.max_upstream_body.saturating_mul(2);
     let resp = handle(st, Dialect::Tgi, headers, body).await;
     if !resp.status().is_success() {
         return resp;
     }
     let (mut parts, body) = resp.into_parts();
     // Whole answers are small and already complete: reading one here ends its metering a
-    // copy earlier than the client sees it, which is all this costs.
-    let Ok(inner) = axum::body::to_bytes(body, usize::MAX).await else {
+    // copy earlier than the client sees it, which is all this costs. lingo's encoding of an
+    // answer the upstream sent within `max_upstream_body` stays within twice that.
+    let Ok(inner) = axum::body::to_bytes(body, limit).await else {
         return http::StatusCode::BAD_GATEWAY.into_response();
     };
     let mut wrapped = Vec::with_capacity(inner.len() + 2);

@@ -29,6 +29,9 @@ pub struct Ctx {
     pub echo: Vec<String>,
     /// The seed the client asked for (TGI reports it back).
     pub seed: Option<u64>,
+    /// Each prompt's length, when the client sent token ids (so lingo knows it before the
+    /// upstream says); empty otherwise.
+    pub prompt_lens: Vec<u64>,
 }
 
 impl Ctx {
@@ -50,7 +53,24 @@ impl Ctx {
                 _ => Vec::new(),
             },
             seed: req.sampling.seed,
+            prompt_lens: match &req.prompt {
+                Prompt::Tokens(ids) => ids.iter().map(|p| p.len() as u64).collect(),
+                _ => Vec::new(),
+            },
         }
+    }
+
+    /// The request's prompt tokens, when known from the request itself (each prompt once,
+    /// however many samples it gets).
+    pub fn prompt_tokens(&self) -> Option<u64> {
+        (!self.prompt_lens.is_empty()).then(|| self.prompt_lens.iter().sum())
+    }
+
+    /// The prompt length behind choice `index` (choices run prompt by prompt, `n` each), when
+    /// known from the request.
+    pub fn choice_prompt(&self, index: u32) -> Option<u64> {
+        let prompt = index / self.n.max(1);
+        self.prompt_lens.get(prompt as usize).copied()
     }
 
     /// Whether the client expects a list of results rather than one.

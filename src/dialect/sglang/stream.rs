@@ -93,10 +93,13 @@ impl Encoder {
         self.write(c.index, out);
     }
 
-    /// One cumulative event for choice `index`, with the counts as they stand.
+    /// One cumulative event for choice `index`, with the counts as they stand: the prompt's
+    /// from the upstream's running usage, else from the request's token ids (as SGLang
+    /// itself reports it from the first chunk).
     fn write(&mut self, index: u32, out: &mut BytesMut) {
+        let prompt = self.tally.choice_prompt(index);
         let usage = Usage {
-            prompt_tokens: self.tally.choice_prompt(index).unwrap_or(0),
+            prompt_tokens: prompt.or(self.ctx.choice_prompt(index)).unwrap_or(0),
             completion_tokens: self.tally.choice_tokens(index),
             cached_tokens: self.tally.choice_cached(index),
         };

@@ -21,7 +21,7 @@ pub async fn handle(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let at = respond::Arrival::new(&headers);
+    let at = respond::Arrival::new(&st, dialect, &headers);
     run(&st, dialect, at, &headers, body).await
 }
 
@@ -32,7 +32,7 @@ pub async fn handle_stream(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let mut at = respond::Arrival::new(&headers);
+    let mut at = respond::Arrival::new(&st, dialect, &headers);
     at.stream = true;
     run(&st, dialect, at, &headers, body).await
 }
@@ -68,7 +68,7 @@ pub async fn handle_generate(
     match crate::dialect::generate_dialect(&body) {
         Ok(d) => handle(st, d, headers, body).await,
         Err(e) => {
-            let at = respond::Arrival::new(&headers);
+            let at = respond::Arrival::new(&st, Dialect::Sglang, &headers);
             let rec = respond::record(&st, Dialect::Sglang, None, &at);
             respond::error(&st, rec, Dialect::Sglang, &e)
         }

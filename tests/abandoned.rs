@@ -3,6 +3,8 @@
 //! mid-stream each leave one `lingo_requests_total` count with outcome `cancelled`, one
 //! request-log line, and `lingo_requests_in_flight` back at 0.
 
+#![allow(clippy::unwrap_used)] // a panic in a test is a failed test
+
 mod common;
 
 use std::path::{Path, PathBuf};
@@ -196,21 +198,25 @@ async fn stream_abandoned_before_its_headers() {
     assert_eq!(v["stream"], true);
 }
 
+/// A token-id prompt's length is lingo's to know from the request, translated (to a plain
+/// OpenAI upstream) or passed through (to SGLang): it outlives a client that leaves first.
 #[tokio::test]
-async fn translated_stream_abandoned_before_its_headers_keeps_a_token_id_prompt() {
-    let (url, mut arrived) = silent_upstream(Silent::NoHeaders).await;
-    let log = log_path("headers-ids");
-    let mut cfg = config_for(&url, KindSetting::Openai);
-    // SGLang's `/generate` names no model: the configured one saves asking the upstream.
-    cfg.upstream.model = Some("m".into());
-    let base = lingo(with_log(cfg, &log)).await;
-    let body = json!({"input_ids": [5, 6, 7, 8, 9], "stream": true,
-                      "sampling_params": {"max_new_tokens": 10}});
-    send_and_leave(&base, "/generate", &body, &mut arrived).await;
-    one_record(&base).await;
-    let v = cancelled_line(&log).await;
-    assert_eq!(v["prompt_tokens"], 5, "{v}");
-    assert!(v["completion_tokens"].is_null(), "{v}");
+async fn stream_abandoned_before_its_headers_keeps_a_token_id_prompt() {
+    for kind in [KindSetting::Openai, KindSetting::Sglang] {
+        let (url, mut arrived) = silent_upstream(Silent::NoHeaders).await;
+        let log = log_path(&format!("headers-ids-{kind:?}"));
+        let mut cfg = config_for(&url, kind);
+        // SGLang's `/generate` names no model: the configured one saves asking the upstream.
+        cfg.upstream.model = Some("m".into());
+        let base = lingo(with_log(cfg, &log)).await;
+        let body = json!({"input_ids": [5, 6, 7, 8, 9], "stream": true,
+                          "sampling_params": {"max_new_tokens": 10}});
+        send_and_leave(&base, "/generate", &body, &mut arrived).await;
+        one_record(&base).await;
+        let v = cancelled_line(&log).await;
+        assert_eq!(v["prompt_tokens"], 5, "{kind:?}: {v}");
+        assert!(v["completion_tokens"].is_null(), "{kind:?}: {v}");
+    }
 }
 
 /// Read an SGLang stream until `k` tokens have arrived; the events so far.

@@ -50,14 +50,16 @@ impl Timer {
 
     fn message(self) -> &'static str {
         match self {
-            Timer::Connect => "the upstream did not accept a connection in time (timeouts.connect)",
+            Timer::Connect => "timed out connecting to the upstream (timeouts.connect)",
             Timer::ResponseHeaders => {
-                "the upstream did not answer in time (timeouts.response_headers)"
+                "the upstream timed out before answering (timeouts.response_headers)"
             }
-            Timer::FirstToken => "the upstream sent no token in time (timeouts.first_token)",
-            Timer::StreamIdle => "the upstream stopped sending (timeouts.stream_idle)",
-            Timer::Total => "the request took longer than allowed (timeouts.total)",
-            Timer::ClientBody => "the request body did not arrive in time (timeouts.client_body)",
+            Timer::FirstToken => {
+                "the upstream timed out before its first token (timeouts.first_token)"
+            }
+            Timer::StreamIdle => "the upstream timed out between chunks (timeouts.stream_idle)",
+            Timer::Total => "the request timed out (timeouts.total)",
+            Timer::ClientBody => "timed out reading the request body (timeouts.client_body)",
         }
     }
 }

@@ -1,5 +1,6 @@
 //! lingo: an LLM-serving compatibility proxy, load driver and simulated inference server.
 
+pub mod auth;
 pub mod bench;
 pub mod config;
 pub mod dialect;

@@ -260,8 +260,18 @@ impl ServeArgs {
     }
 }
 
+/// What must hold before lingo listens: the client keys load, and an upstream key is not
+/// offered to anyone who can reach the port.
+fn startup_checks(config: &Config) -> anyhow::Result<()> {
+    if let Some(auth) = lingo::auth::Auth::from_config(&config.auth)? {
+        tracing::info!(keys = auth.len(), "client authentication on");
+    }
+    lingo::auth::check_exposure(config).map_err(anyhow::Error::msg)
+}
+
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let config = args.config()?;
+    startup_checks(&config)?;
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("binding {}", config.listen))?;

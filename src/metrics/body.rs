@@ -114,6 +114,7 @@ fn on_tokens(record: &mut RequestRecord, metrics: &Metrics, tokens: u32) {
     }
     record.last_token = Some(now);
     record.tokens += u64::from(tokens);
+    record.charge_key();
 }
 
 fn on_end(mut record: OpenRecord, s: Summary) {
@@ -134,6 +135,7 @@ fn on_end(mut record: OpenRecord, s: Summary) {
         // Output had begun: the counts are what arrived before the failure.
         record.partial = record.first_token.is_some();
     }
+    record.charge_key();
     record.finish();
 }
 

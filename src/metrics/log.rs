@@ -47,6 +47,8 @@ pub struct LogLine<'a> {
     pub outcome: &'a str,
     pub finish_reason: Option<&'a str>,
     pub error_kind: Option<&'a str>,
+    /// The client key's name (never the key); null without auth.
+    pub key: Option<&'a str>,
 }
 
 impl<'a> LogLine<'a> {
@@ -69,6 +71,7 @@ impl<'a> LogLine<'a> {
             outcome: r.outcome.label(),
             finish_reason: r.finish,
             error_kind: r.error_kind,
+            key: r.key.as_ref().map(|k| k.name()),
         }
     }
 }

@@ -23,6 +23,24 @@ use prometheus::{
 
 use names::*;
 
+/// Why a request was refused at the door; a closed set used as a label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    Unauthorized,
+    RateLimited,
+    Overloaded,
+}
+
+impl Refusal {
+    pub fn label(self) -> &'static str {
+        match self {
+            Refusal::Unauthorized => "unauthorized",
+            Refusal::RateLimited => "rate_limited",
+            Refusal::Overloaded => "overloaded",
+        }
+    }
+}
+
 /// All of lingo's metrics, registered in one registry.
 pub struct Metrics {
     registry: Registry,
@@ -40,6 +58,7 @@ pub struct Metrics {
     upstream_headers: HistogramVec,
     overhead: HistogramVec,
     in_flight: IntGaugeVec,
+    refused: IntCounterVec,
     vllm: Option<vllm::VllmCompat>,
     log: Option<RequestLog>,
     /// Record nothing (`--no-metrics`, to measure what metrics cost).
@@ -105,6 +124,7 @@ impl Metrics {
                 OVERHEAD_BUCKETS,
             ),
             in_flight,
+            refused: counter(&r, REFUSED.0, REFUSED.1, &["reason"]),
             vllm: None,
             log: None,
             off: false,
@@ -181,6 +201,7 @@ impl Metrics {
                 &l.model,
                 r.outcome.label(),
                 r.finish_label(),
+                r.key_label(),
             ])
             .inc();
         if let Some(kind) = r.error_kind {
@@ -228,6 +249,14 @@ impl Metrics {
         if let Some(log) = &self.log {
             log.record(r);
         }
+    }
+
+    /// A request refused before any handler ran (so it has no request record).
+    pub fn request_refused(&self, why: Refusal) {
+        if self.off {
+            return;
+        }
+        self.refused.with_label_values(&[why.label()]).inc();
     }
 
     pub fn observe_ttft(&self, r: &RequestRecord, seconds: f64) {

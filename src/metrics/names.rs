@@ -51,8 +51,22 @@ pub const IN_FLIGHT: (&str, &str) = (
     "Requests being served, per upstream.",
 );
 
+pub const REFUSED: (&str, &str) = (
+    "lingo_requests_refused_total",
+    "Requests refused before any handler ran, by reason (unauthorized, rate_limited, overloaded).",
+);
+
 pub const MODEL_LABELS: &[&str] = &["dialect", "upstream", "model"];
-pub const REQUEST_LABELS: &[&str] = &["dialect", "upstream", "model", "outcome", "finish_reason"];
+/// `key` is the client key's name (`none` without auth): on this counter only, not on the
+/// histograms, to keep their series few.
+pub const REQUEST_LABELS: &[&str] = &[
+    "dialect",
+    "upstream",
+    "model",
+    "outcome",
+    "finish_reason",
+    "key",
+];
 pub const ERROR_LABELS: &[&str] = &["dialect", "upstream", "kind"];
 
 /// vLLM's TTFT buckets, so dashboards compare like with like.

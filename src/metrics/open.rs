@@ -67,6 +67,8 @@ impl Drop for OpenRecord {
         r.error_kind = None;
         r.partial = true;
         r.ended = Some(Instant::now());
+        // What was counted before the client left was spent all the same.
+        r.charge_key();
         self.metrics.request_finished(r);
     }
 }

@@ -67,6 +67,8 @@ pub struct RequestRecord {
     /// This request's inter-token histogram, looked up once (at its first gap) rather than
     /// hashed out of the label set at every token.
     pub itl: Option<prometheus::Histogram>,
+    /// The client key's name and budget, when `[auth]` is on.
+    pub key: Option<crate::auth::ClientKey>,
 }
 
 impl RequestRecord {
@@ -97,6 +99,20 @@ impl RequestRecord {
             upstream_wait: Duration::ZERO,
             ended: None,
             itl: None,
+            key: None,
+        }
+    }
+
+    /// The client key's name (a closed set, from the key file), or `none` without auth.
+    pub fn key_label(&self) -> &str {
+        self.key.as_ref().map_or("none", |k| k.name())
+    }
+
+    /// Charge the tokens counted so far (prompt and generated) to the key's budget.
+    pub fn charge_key(&mut self) {
+        let total = self.prompt_tokens.unwrap_or(0) + self.tokens;
+        if let Some(k) = &mut self.key {
+            k.charge_up_to(total);
         }
     }
 

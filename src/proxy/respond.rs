@@ -35,6 +35,7 @@ impl Arrival {
             .map(str::to_string);
         let mut rec = RequestRecord::new(labels(st, dialect, None), started);
         rec.request_id = request_id;
+        rec.key = crate::auth::current();
         Arrival {
             started,
             stream: false,

@@ -1,4 +1,5 @@
-//! The request log: one JSON line per finished request, written off the request path.
+//! The request log: one JSON line per request (finished, failed or abandoned), written off
+//! the request path.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -35,9 +36,12 @@ pub struct LogLine<'a> {
     pub upstream: &'a str,
     pub model: Option<&'a str>,
     pub stream: bool,
-    pub prompt_tokens: u64,
-    pub completion_tokens: u64,
+    /// `null` when unknown (a request that ended before anything counted it).
+    pub prompt_tokens: Option<u64>,
+    pub completion_tokens: Option<u64>,
     pub tokens_estimated: bool,
+    /// The request ended before its response did: the counts are those known by then.
+    pub partial: bool,
     pub ttft: Option<f64>,
     pub e2e: Option<f64>,
     pub outcome: &'a str,
@@ -57,8 +61,9 @@ impl<'a> LogLine<'a> {
             model: r.model.as_deref(),
             stream: r.stream,
             prompt_tokens: r.prompt_tokens,
-            completion_tokens: r.tokens,
+            completion_tokens: r.completion_tokens(),
             tokens_estimated: r.estimated,
+            partial: r.partial,
             ttft: r.ttft(),
             e2e: r
                 .e2e()

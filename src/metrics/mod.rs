@@ -3,15 +3,18 @@
 //!
 //! Per-request measurement lives in `body.rs`: a wrapper around the response body sees the
 //! first token, every later token, the end, an error, or the client dropping the stream.
+//! `open.rs` holds the record from the request's arrival, so it is recorded exactly once.
 
 pub mod body;
 mod log;
 pub mod names;
+mod open;
 mod record;
 mod vllm;
 
 pub use body::{Emit, MeteredBody, Summary};
 pub use log::{LogLine, LogTarget, RequestLog};
+pub use open::OpenRecord;
 pub use record::{Labels, Outcome, RequestRecord};
 
 use prometheus::{
@@ -174,7 +177,23 @@ impl Metrics {
         }
     }
 
-    /// Record one finished (or failed, or cancelled) request.
+    /// A request's labels changed while it was in flight (its model became known): move its
+    /// in-flight counts to the new labels.
+    pub fn request_relabelled(&self, old: &Labels, new: &Labels) {
+        if self.off {
+            return;
+        }
+        if old.upstream != new.upstream {
+            self.in_flight.with_label_values(&[&old.upstream]).dec();
+            self.in_flight.with_label_values(&[&new.upstream]).inc();
+        }
+        if let Some(v) = &self.vllm {
+            v.relabelled(&old.model, &new.model);
+        }
+    }
+
+    /// Record one finished (or failed, or cancelled) request. Only `OpenRecord` calls this,
+    /// once per request.
     pub fn request_finished(&self, r: &RequestRecord) {
         if self.off {
             return;
@@ -199,17 +218,18 @@ impl Metrics {
         }
         self.prompt_tokens
             .with_label_values(&model)
-            .inc_by(r.prompt_tokens);
+            .inc_by(r.prompt_tokens.unwrap_or(0));
         self.generation_tokens
             .with_label_values(&model)
             .inc_by(r.tokens);
         if r.estimated {
             self.estimated_requests.with_label_values(&model).inc();
         }
+        // A prompt's length is the request's, whatever became of it; unknown is not 0.
+        if let Some(p) = r.prompt_tokens {
+            self.prompt_hist.with_label_values(&model).observe(p as f64);
+        }
         if r.outcome == Outcome::Ok {
-            self.prompt_hist
-                .with_label_values(&model)
-                .observe(r.prompt_tokens as f64);
             self.generation_hist
                 .with_label_values(&model)
                 .observe(r.tokens as f64);

@@ -6,7 +6,7 @@ pub const REQUESTS: (&str, &str) = (
 );
 pub const PROMPT_TOKENS: (&str, &str) = (
     "lingo_prompt_tokens_total",
-    "Prompt tokens, from the upstream's own counts.",
+    "Prompt tokens, from the upstream's own counts (or a token-id prompt's length).",
 );
 pub const GENERATION_TOKENS: (&str, &str) = (
     "lingo_generation_tokens_total",

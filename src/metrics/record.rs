@@ -47,8 +47,16 @@ pub struct RequestRecord {
     pub first_token: Option<Instant>,
     pub last_token: Option<Instant>,
     pub tokens: u64,
-    pub prompt_tokens: u64,
+    /// `None` while unknown: a request that ends before anyone counted its prompt records no
+    /// count rather than a false 0.
+    pub prompt_tokens: Option<u64>,
     pub estimated: bool,
+    /// The request ended before its response did (the client left): the counts are what was
+    /// known by then.
+    pub partial: bool,
+    /// The response body is being metered, so `tokens` counts what has left so far (before
+    /// that, a request that ends knows nothing of its output).
+    pub counting: bool,
     pub finish: Option<&'static str>,
     pub outcome: Outcome,
     pub error_kind: Option<&'static str>,
@@ -80,8 +88,10 @@ impl RequestRecord {
             first_token: None,
             last_token: None,
             tokens: 0,
-            prompt_tokens: 0,
+            prompt_tokens: None,
             estimated: false,
+            partial: false,
+            counting: false,
             finish: None,
             outcome: Outcome::Ok,
             error_kind: None,
@@ -100,10 +110,16 @@ impl RequestRecord {
 
     /// Charge the tokens counted so far (prompt and generated) to the key's budget.
     pub fn charge_key(&mut self) {
-        let total = self.prompt_tokens + self.tokens;
+        let total = self.prompt_tokens.unwrap_or(0) + self.tokens;
         if let Some(k) = &mut self.key {
             k.charge_up_to(total);
         }
+    }
+
+    /// Output tokens, when known: always once the request ended normally; for a partial
+    /// record, only if its response had started to leave.
+    pub fn completion_tokens(&self) -> Option<u64> {
+        (!self.partial || self.counting).then_some(self.tokens)
     }
 
     pub fn finish_label(&self) -> &'static str {

@@ -111,6 +111,16 @@ impl Tally {
         (sum, !all_reported && self.estimated)
     }
 
+    /// What is known before the end: the prompt tokens the upstream has reported so far (if
+    /// any), and whether the output count so far is a guess.
+    pub fn so_far(&self) -> (Option<u64>, bool) {
+        let (usage, estimated) = self.totals();
+        (
+            self.has_reported_usage().then_some(usage.prompt_tokens),
+            estimated,
+        )
+    }
+
     /// Whether any usage was reported (so prompt tokens are known).
     pub fn has_reported_usage(&self) -> bool {
         self.totals.is_some() || self.per_choice.iter().any(|c| c.usage.is_some())

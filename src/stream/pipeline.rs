@@ -317,6 +317,14 @@ impl State {
     }
 
     fn emit(&mut self, bytes: Bytes, tokens: u32) {
+        if tokens > 0 {
+            // Kept by the record should the request end before the stream does.
+            let (prompt_tokens, estimated) = self.tally.so_far();
+            self.queue.push_back(Emit::Progress {
+                prompt_tokens,
+                estimated,
+            });
+        }
         if !bytes.is_empty() || tokens > 0 {
             self.queue.push_back(Emit::Data { bytes, tokens });
         }

@@ -24,7 +24,7 @@ pub async fn handle(
     headers: HeaderMap,
     ClientBody(body): ClientBody,
 ) -> Response {
-    let at = respond::Arrival::new(&headers);
+    let at = respond::Arrival::new(&st, dialect, &headers);
     match body {
         Ok(body) => run(&st, dialect, at, &headers, body).await,
         Err(e) => refuse(&st, dialect, &at, &e),
@@ -38,7 +38,7 @@ pub async fn handle_stream(
     headers: HeaderMap,
     ClientBody(body): ClientBody,
 ) -> Response {
-    let mut at = respond::Arrival::new(&headers);
+    let mut at = respond::Arrival::new(&st, dialect, &headers);
     at.stream = true;
     match body {
         Ok(body) => run(&st, dialect, at, &headers, body).await,
@@ -91,7 +91,7 @@ pub async fn handle_generate(
     match crate::dialect::generate_dialect(&bytes) {
         Ok(d) => handle(st, d, headers, ClientBody(Ok(bytes))).await,
         Err(e) => {
-            let at = respond::Arrival::new(&headers);
+            let at = respond::Arrival::new(&st, Dialect::Sglang, &headers);
             let rec = respond::record(&st, Dialect::Sglang, None, &at);
             respond::error(&st, rec, Dialect::Sglang, &e)
         }

@@ -9,6 +9,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::super::{respond, AppState};
+use crate::dialect::ctx::IdsLen;
 use crate::dialect::Dialect;
 use crate::error::{decode_json, ProxyError};
 use crate::metrics::{Outcome, Summary};
@@ -23,6 +24,11 @@ struct Peek {
     /// Absent means the dialect's default (Ollama streams by default).
     stream: Option<bool>,
     stream_options: Option<StreamOptions>,
+    /// A token-id prompt's length, known before the upstream says (SGLang, OpenAI).
+    #[serde(default)]
+    input_ids: IdsLen,
+    #[serde(default)]
+    prompt: IdsLen,
 }
 
 #[derive(Deserialize)]
@@ -86,6 +92,7 @@ pub async fn handle(
     let stream = peek.streams(dialect) || at.stream;
     let mut rec = respond::record(st, dialect, label_model.as_deref(), &at);
     rec.stream = stream;
+    rec.prompt_tokens = peek.input_ids.0.or(peek.prompt.0);
     let strip_usage = peek.needs_usage(dialect);
     let send_model = upstream_model(st, kind, dialect, peek.model.as_deref()).await;
     let body = match (&send_model, strip_usage) {

@@ -11,7 +11,7 @@ use super::super::{respond, AppState};
 use super::is_model_not_found;
 use crate::dialect::{ctx, Ctx, Dialect};
 use crate::error::ProxyError;
-use crate::metrics::{RequestRecord, Summary};
+use crate::metrics::{OpenRecord, Summary};
 use crate::model::Request;
 use crate::stream::pipeline::{pipeline, Output, Upstream};
 use crate::stream::timers::{HeaderWait, Timers};
@@ -43,6 +43,7 @@ pub async fn handle(
     rec.stream = req.stream;
     req.model = Some(resolved);
     let ctx = Ctx::new(&req, response_id(client, &req), shown);
+    rec.prompt_tokens = ctx.prompt_tokens();
     let fwd = forward_headers(headers);
     let sent = Instant::now();
     let mut timers = Timers::start(&st.config.timeouts, at.started, &st.drain, req.stream);
@@ -164,7 +165,7 @@ fn rename(client: Dialect, e: ProxyError) -> ProxyError {
 
 async fn whole(
     st: &AppState,
-    rec: RequestRecord,
+    rec: OpenRecord,
     Way { client, target, .. }: Way,
     resp: UpstreamResponse,
     ctx: &Ctx,

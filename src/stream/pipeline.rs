@@ -165,12 +165,12 @@ impl State {
                 });
                 break;
             }
-            tokens += self.account();
+            tokens = tokens.saturating_add(self.account());
             self.write(frame, &mut out);
         }
         self.frames = frames;
         if eof && failure.is_none() {
-            tokens += self.closed(&mut out);
+            tokens = tokens.saturating_add(self.closed(&mut out));
         }
         let bytes = if raw { data } else { out.freeze() };
         self.emit(bytes, tokens);
@@ -205,9 +205,10 @@ impl State {
 
     /// Count tokens and note finish reasons and the end marker.
     fn account(&mut self) -> u32 {
-        let mut tokens = 0;
+        // The counts are the upstream's: absurd ones saturate rather than overflow.
+        let mut tokens = 0u32;
         for ev in &self.events {
-            tokens += self.tally.observe(ev);
+            tokens = tokens.saturating_add(self.tally.observe(ev));
             match ev {
                 Event::Chunk(c) => {
                     if let Some(f) = &c.finish {

@@ -41,7 +41,7 @@ for t in "${targets[@]}"; do
     # libFuzzer stops at its first finding; a nonzero exit is reported below, not fatal.
     cargo fuzz run "${flags[@]}" "$t" "$work/$t" "fuzz/corpus/$t" "fuzz/regressions/$t" -- \
         -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=1024 \
-        -max_len=65536 -print_final_stats=1 >"$log" 2>&1 || true
+        -dict=fuzz/lingo.dict -max_len=65536 -print_final_stats=1 >"$log" 2>&1 || true
     execs=$(grep -o 'stat::number_of_executed_units: [0-9]*' "$log" | tail -1 | grep -o '[0-9]*$' || echo "?")
     new=$(find "fuzz/artifacts/$t" -type f | wc -l)
     findings=$((new - before))

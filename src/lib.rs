@@ -5,6 +5,8 @@ pub mod bench;
 pub mod config;
 pub mod dialect;
 pub mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod metrics;
 pub mod mock;
 pub mod model;

@@ -39,12 +39,12 @@ impl Tally {
                     }
                 };
                 let slot = self.slot(c.index);
-                slot.counted += new;
+                slot.counted = slot.counted.saturating_add(new);
                 if let Some(u) = c.usage {
                     slot.counted = slot.counted.max(u.completion_tokens);
                     slot.usage = Some(u);
                 }
-                new as u32
+                u32::try_from(new).unwrap_or(u32::MAX)
             }
             _ => 0,
         }
@@ -104,7 +104,7 @@ impl Tally {
                 Some(u) => sum.add(&u),
                 None => {
                     all_reported = false;
-                    sum.completion_tokens += c.counted;
+                    sum.completion_tokens = sum.completion_tokens.saturating_add(c.counted);
                 }
             }
         }

@@ -21,9 +21,9 @@ pub struct AppState {
 
 impl AppState {
     pub fn new(config: Config, metrics: Arc<Metrics>) -> AppState {
-        let mut client =
-            Client::new(&config.upstream.url, &config.timeouts).named(&config.upstream.name)
-                .with_limits(&config.limits);
+        let mut client = Client::new(&config.upstream.url, &config.timeouts)
+            .named(&config.upstream.name)
+            .with_limits(&config.limits);
         // `validate()` has checked that an explicitly named variable is set.
         if let Ok(Some(key)) = config.upstream.api_key() {
             match client.clone().with_api_key(&key) {

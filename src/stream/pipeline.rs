@@ -206,7 +206,7 @@ impl State {
             })
         });
         if eof && failure.is_none() {
-            tokens += self.closed(&mut out);
+            tokens = tokens.saturating_add(self.closed(&mut out));
         }
         if tokens > 0 {
             self.timers.token_seen();
@@ -248,10 +248,11 @@ impl State {
             }
             self.upstream_failed.get_or_insert(err);
         }
-        *tokens += self.account();
+        *tokens = tokens.saturating_add(self.account());
         self.write(frame, out);
         Ok(())
     }
+
     /// The upstream closed the connection: account for (and encode) what the decoder reads
     /// into that, for streams that end by closing.
     fn closed(&mut self, out: &mut BytesMut) -> u32 {
@@ -276,9 +277,10 @@ impl State {
 
     /// Count tokens and note finish reasons and the end marker.
     fn account(&mut self) -> u32 {
-        let mut tokens = 0;
+        // The counts are the upstream's: absurd ones saturate rather than overflow.
+        let mut tokens = 0u32;
         for ev in &self.events {
-            tokens += self.tally.observe(ev);
+            tokens = tokens.saturating_add(self.tally.observe(ev));
             match ev {
                 Event::Chunk(c) => {
                     if let Some(f) = &c.finish {

@@ -175,6 +175,9 @@ impl Decoder {
             });
             return Ok(());
         }
+        if w.index >= crate::model::MAX_CHOICES {
+            return Err(crate::dialect::stream::too_many_choices(w.index));
+        }
         let i = w.index as usize;
         if self.seen.len() <= i {
             self.seen.resize(i + 1, Seen::default());

@@ -24,7 +24,14 @@ cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -r
 trap cleanup EXIT
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
-wait_http() { for _ in $(seq 1 200); do curl -sf "$1" >/dev/null && return 0; sleep 0.05; done; echo "not up: $1" >&2; return 1; }
+# Up once it answers anything over HTTP (an Ollama mock has no /health).
+wait_http() {
+  for _ in $(seq 1 200); do
+    [ "$(curl -s -o /dev/null -w '%{http_code}' "$1")" != 000 ] && return 0
+    sleep 0.05
+  done
+  echo "not up: $1" >&2; return 1
+}
 
 LINGO_PIDS=()
 URLS=()

@@ -265,7 +265,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("binding {}", config.listen))?;
-    tracing::info!(listen = %config.listen, upstream = %config.upstream.url, "lingo serve");
-    lingo::proxy::serve(listener, config, super::shutdown_signal()).await?;
+    let listen = listener.local_addr()?;
+    tracing::info!(%listen, upstream = %config.upstream.url, "lingo serve");
+    lingo::proxy::serve(listener, config, super::drain_signal()).await?;
     Ok(())
 }

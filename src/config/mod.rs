@@ -349,7 +349,8 @@ impl Config {
                 return Err(invalid("models", "alias and target must be non-empty"));
             }
         }
-        if self.metrics.listen == Some(self.listen) {
+        // Port 0 twice is two free ports, not one address.
+        if self.metrics.listen == Some(self.listen) && self.listen.port() != 0 {
             return Err(invalid("metrics.listen", "must differ from listen"));
         }
         if self.metrics.request_log.as_deref() == Some("") {

@@ -50,16 +50,30 @@ pub async fn shutdown_signal() {
     Signals::new().recv().await
 }
 
-/// Resolve on the first SIGTERM or SIGINT (the drain starts); a second one exits at once.
-pub async fn drain_signal() {
+/// The first SIGTERM or SIGINT (start draining), and the second (stop now).
+pub fn drain_signals() -> (
+    impl std::future::Future<Output = ()>,
+    impl std::future::Future<Output = ()>,
+) {
+    let (first_tx, first) = tokio::sync::oneshot::channel::<()>();
+    let (second_tx, second) = tokio::sync::oneshot::channel::<()>();
     let mut signals = Signals::new();
-    signals.recv().await;
-    tracing::info!("shutting down: a second signal exits at once");
     tokio::spawn(async move {
         signals.recv().await;
-        tracing::warn!("second signal: exiting without draining");
-        std::process::exit(1);
+        tracing::info!("shutting down: a second signal exits at once");
+        let _ = first_tx.send(());
+        signals.recv().await;
+        let _ = second_tx.send(());
     });
+    // A dropped sender means the task is gone; take that as the signal, not as never.
+    (
+        async move {
+            let _ = first.await;
+        },
+        async move {
+            let _ = second.await;
+        },
+    )
 }
 
 /// SIGTERM and SIGINT, registered once so that a signal arriving between two waits is

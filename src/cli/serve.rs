@@ -267,6 +267,10 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         .with_context(|| format!("binding {}", config.listen))?;
     let listen = listener.local_addr()?;
     tracing::info!(%listen, upstream = %config.upstream.url, "lingo serve");
-    lingo::proxy::serve(listener, config, super::drain_signal()).await?;
+    let (drain, stop) = super::drain_signals();
+    tokio::select! {
+        r = lingo::proxy::serve(listener, config, drain) => r?,
+        _ = stop => anyhow::bail!("second signal: stopped without draining"),
+    }
     Ok(())
 }

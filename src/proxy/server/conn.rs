@@ -33,6 +33,11 @@ use crate::proxy::drain::Drain;
 /// (an HTTP/2 GOAWAY) before it is dropped.
 const LINGER: Duration = Duration::from_secs(1);
 
+/// How long a connection must have been idle before it is reclaimed: a new client's
+/// request arrives just behind its handshake, and a keep-alive client's next request just
+/// after the last answer; closing either in that moment would fail a request.
+const RECLAIM_AFTER: Duration = Duration::from_millis(250);
+
 /// What every connection task shares.
 pub(super) struct Shared {
     pub builder: Builder<TokioExecutor>,
@@ -313,7 +318,12 @@ fn verdict(s: &Snapshot, now: Instant, c: &Clocks, draining: bool, pressure: boo
             } else if now >= due {
                 Verdict::Close(timer)
             } else if pressure && s.drained {
-                Verdict::Close("reclaimed")
+                let ripe = s.since + RECLAIM_AFTER;
+                if now >= ripe {
+                    Verdict::Close("reclaimed")
+                } else {
+                    Verdict::Keep(Some(ripe.min(due)))
+                }
             } else {
                 Verdict::Keep(Some(due))
             }
@@ -347,8 +357,9 @@ pub(super) async fn serve(tcp: TcpStream, shared: Arc<Shared>, permit: OwnedSema
     loop {
         let s = activity.snapshot();
         let now = Instant::now();
+        // An ask to make room holds for the rest of this idle period.
+        reclaim_asked &= s.phase == Phase::Idle;
         let pressure = reclaim_asked || shared.gate.near_cap();
-        reclaim_asked = false;
         let mut wake = match verdict(&s, now, &clocks, draining, pressure) {
             Verdict::Cut(why) => {
                 tracing::debug!(why, "connection cut");
@@ -476,8 +487,13 @@ mod tests {
             Verdict::Keep(_)
         ));
         let drained = snap(t, Phase::Idle, true, true);
+        let ripe = t + RECLAIM_AFTER;
         assert_eq!(
             verdict(&drained, t, &C, false, true),
+            Verdict::Keep(Some(ripe))
+        );
+        assert_eq!(
+            verdict(&drained, ripe, &C, false, true),
             Verdict::Close("reclaimed")
         );
         let half = snap(t, Phase::Header, false, true);

@@ -50,14 +50,16 @@ impl Timer {
 
     fn message(self) -> &'static str {
         match self {
-            Timer::Connect => "the upstream did not accept a connection in time (timeouts.connect)",
+            Timer::Connect => "timed out connecting to the upstream (timeouts.connect)",
             Timer::ResponseHeaders => {
-                "the upstream did not answer in time (timeouts.response_headers)"
+                "the upstream timed out before answering (timeouts.response_headers)"
             }
-            Timer::FirstToken => "the upstream sent no token in time (timeouts.first_token)",
-            Timer::StreamIdle => "the upstream stopped sending (timeouts.stream_idle)",
-            Timer::Total => "the request took longer than allowed (timeouts.total)",
-            Timer::ClientBody => "the request body did not arrive in time (timeouts.client_body)",
+            Timer::FirstToken => {
+                "the upstream timed out before its first token (timeouts.first_token)"
+            }
+            Timer::StreamIdle => "the upstream timed out between chunks (timeouts.stream_idle)",
+            Timer::Total => "the request timed out (timeouts.total)",
+            Timer::ClientBody => "timed out reading the request body (timeouts.client_body)",
         }
     }
 }
@@ -73,6 +75,9 @@ pub enum ProxyError {
     /// The request is valid but the upstream cannot honour this field faithfully.
     #[error("{field}: {reason}")]
     Unsupported { field: String, reason: String },
+    /// The request body is over `limits.max_request_body`.
+    #[error("the request body is larger than {limit} bytes (limits.max_request_body)")]
+    TooLarge { limit: usize },
     #[error("model not found: {0}")]
     ModelNotFound(String),
     /// The upstream answered with an error status before any output.
@@ -132,6 +137,7 @@ impl ProxyError {
                 StatusCode::BAD_REQUEST
             }
             ProxyError::ModelNotFound(_) => StatusCode::NOT_FOUND,
+            ProxyError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ProxyError::UpstreamStatus { status, .. } => {
                 StatusCode::from_u16(*status).unwrap_or(StatusCode::BAD_GATEWAY)
             }
@@ -155,6 +161,7 @@ impl ProxyError {
             ProxyError::InvalidRequest { .. }
             | ProxyError::Unsupported { .. }
             | ProxyError::ModelNotFound(_)
+            | ProxyError::TooLarge { .. }
             | ProxyError::Unauthorized(_)
             | ProxyError::RateLimited { .. }
             | ProxyError::Timeout(Timer::ClientBody) => Source::Client,
@@ -172,6 +179,7 @@ impl ProxyError {
             ProxyError::InvalidRequest { .. } => "invalid_request",
             ProxyError::Unsupported { .. } => "unsupported",
             ProxyError::ModelNotFound(_) => "model_not_found",
+            ProxyError::TooLarge { .. } => "request_too_large",
             ProxyError::UpstreamStatus { .. } => "upstream_status",
             ProxyError::UpstreamUnreachable(_) => "upstream_unreachable",
             ProxyError::Timeout(t) => t.kind(),
@@ -210,7 +218,7 @@ pub fn decode_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Pro
     serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();
         let field = if path == "." { String::new() } else { path };
-        ProxyError::invalid(field, e.into_inner().to_string())
+        ProxyError::invalid(field, user_words(&e.into_inner()))
     })
 }
 
@@ -227,6 +235,186 @@ pub fn decode_value_at<T: serde::de::DeserializeOwned>(
         } else {
             format!("{prefix}.{path}")
         };
-        ProxyError::invalid(field, e.into_inner().to_string())
+        ProxyError::invalid(field, user_words(&e.into_inner()))
     })
+}
+
+/// serde's message in the client's words: JSON's type names, never a Rust type (serde says
+/// "expected struct Peek", "expected u32"). Syntax errors keep their position; a data error
+/// is already placed by its field path.
+fn user_words(e: &serde_json::Error) -> String {
+    let full = e.to_string();
+    if e.is_syntax() || e.is_eof() {
+        return full;
+    }
+    let at = format!(" at line {} column {}", e.line(), e.column());
+    let msg = full.strip_suffix(at.as_str()).unwrap_or(&full);
+    if msg.starts_with("data did not match any variant of untagged enum") {
+        return "is none of the accepted forms".into();
+    }
+    for lead in ["invalid type: ", "invalid value: "] {
+        if let Some((got, want)) = msg
+            .strip_prefix(lead)
+            .and_then(|r| r.rsplit_once(", expected "))
+        {
+            return format!("expected {}, got {}", expected(want), unexpected(got));
+        }
+    }
+    match msg.split_once(", expected ") {
+        Some((head, want)) => format!("{head}, expected {}", expected(want)),
+        None => msg.to_string(),
+    }
+}
+
+/// What a serde visitor expected (`Visitor::expecting`), as a JSON type.
+fn expected(want: &str) -> String {
+    let word = match want {
+        "u8" => "a non-negative integer (at most 255)",
+        "u16" => "a non-negative integer (at most 65535)",
+        "u32" => "a non-negative integer (at most 4294967295)",
+        "u64" | "u128" | "usize" => "a non-negative integer",
+        "i8" | "i16" | "i32" | "i64" | "i128" | "isize" => "an integer",
+        "f32" | "f64" => "a number",
+        "a map" | "map" => "a JSON object",
+        "a sequence" => "an array",
+        "a borrowed string" | "a string" => "a string",
+        "char" | "a character" => "a single character",
+        "option" => "a value or null",
+        "unit" => "null",
+        w if w.starts_with("struct ") || w.starts_with("struct variant ") => "a JSON object",
+        w if w.starts_with("tuple") => "an array",
+        w if w.starts_with("unit struct") => "null",
+        w if w.starts_with("enum ") || w.starts_with("newtype") => "one of the accepted values",
+        w => return w.to_string(),
+    };
+    word.to_string()
+}
+
+/// What serde found instead (`de::Unexpected`), as a JSON type.
+fn unexpected(got: &str) -> String {
+    match got {
+        "map" => "an object".into(),
+        "sequence" => "an array".into(),
+        "unit value" | "unit" => "null".into(),
+        g => match g.strip_prefix("floating point ") {
+            Some(n) => format!("number {n}"),
+            None => g.to_string(),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use serde::Deserialize;
+
+    #[derive(Debug, Deserialize)]
+    #[allow(dead_code)]
+    struct Peek {
+        stream: Option<bool>,
+        n: Option<u32>,
+        t: Option<f64>,
+        stop: Option<Vec<String>>,
+        prompt: Option<Either>,
+        inner: Option<Inner>,
+        kind: Option<Kind>,
+    }
+
+    #[derive(Debug, Deserialize)]
+    #[allow(dead_code)]
+    struct Inner {
+        k: i64,
+    }
+
+    #[derive(Debug, Deserialize)]
+    #[serde(untagged)]
+    #[allow(dead_code)]
+    enum Either {
+        Text(String),
+        Ids(Vec<u32>),
+    }
+
+    #[derive(Debug, Deserialize)]
+    #[serde(rename_all = "lowercase")]
+    enum Kind {
+        A,
+    }
+
+    fn message(body: &str) -> String {
+        decode_json::<Peek>(body.as_bytes())
+            .unwrap_err()
+            .to_string()
+    }
+
+    const RUST_WORDS: [&str; 9] = [
+        "struct", "enum", "Peek", "Inner", "Either", "u32", "i64", "f64", "sequence",
+    ];
+
+    #[test]
+    fn serde_messages_speak_json() {
+        let cases = [
+            (r#""x""#, "expected a JSON object, got string \"x\""),
+            (
+                r#"{"stream": "yes"}"#,
+                "stream: expected a boolean, got string \"yes\"",
+            ),
+            (
+                r#"{"n": -1}"#,
+                "n: expected a non-negative integer (at most 4294967295), got integer `-1`",
+            ),
+            (
+                r#"{"n": 1.5}"#,
+                "n: expected a non-negative integer (at most 4294967295), got number `1.5`",
+            ),
+            (
+                r#"{"t": "hot"}"#,
+                "t: expected a number, got string \"hot\"",
+            ),
+            (
+                r#"{"stop": {"a": 1}}"#,
+                "stop: expected an array, got an object",
+            ),
+            (
+                r#"{"prompt": {"a": 1}}"#,
+                "prompt: is none of the accepted forms",
+            ),
+            (
+                r#"{"inner": 5}"#,
+                "inner: expected a JSON object, got integer `5`",
+            ),
+            (
+                r#"{"inner": {"k": "1"}}"#,
+                "inner.k: expected an integer, got string \"1\"",
+            ),
+            (
+                r#"{"kind": "b"}"#,
+                "kind: unknown variant `b`, expected `a`",
+            ),
+        ];
+        for (body, want) in cases {
+            let got = message(body);
+            assert_eq!(got, want, "for {body}");
+            for word in RUST_WORDS {
+                assert!(!got.contains(word), "`{got}` names `{word}`");
+            }
+        }
+    }
+
+    #[test]
+    fn syntax_errors_keep_their_position() {
+        let got = message(r#"{"n": "#);
+        assert!(got.contains("line 1 column"), "{got}");
+    }
+
+    #[test]
+    fn nested_values_keep_the_prefix_and_speak_json() {
+        let v = serde_json::json!({"k": null});
+        let e = decode_value_at::<Inner>(v, "sampling_params").unwrap_err();
+        assert_eq!(e.param(), Some("sampling_params.k"));
+        assert_eq!(
+            e.to_string(),
+            "sampling_params.k: expected an integer, got null"
+        );
+    }
 }

@@ -1,9 +1,12 @@
 //! lingo: an LLM-serving compatibility proxy, load driver and simulated inference server.
 
+pub mod auth;
 pub mod bench;
 pub mod config;
 pub mod dialect;
 pub mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod metrics;
 pub mod mock;
 pub mod model;

@@ -201,7 +201,7 @@ async fn unreachable_upstream_is_502_and_timeout_is_504() {
         v["error"]["message"]
             .as_str()
             .unwrap()
-            .contains("timed out"),
+            .contains("timeouts.response_headers"),
         "{v}"
     );
 }

@@ -20,8 +20,15 @@ pub struct Sample {
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
 pub struct Logged {
     pub time: f64,
+    /// `null` in the log when unknown (an abandoned request): replayed as 0 (the shortest).
+    #[serde(deserialize_with = "null_as_zero")]
     pub prompt_tokens: u64,
+    #[serde(deserialize_with = "null_as_zero")]
     pub completion_tokens: u64,
+}
+
+fn null_as_zero<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    Option::<u64>::deserialize(d).map(Option::unwrap_or_default)
 }
 
 #[derive(Deserialize)]
@@ -148,11 +155,13 @@ mod tests {
         let l = write(
             "l.jsonl",
             "{\"time\":5.5,\"prompt_tokens\":3,\"completion_tokens\":4,\"dialect\":\"x\"}\n\
-             {\"time\":5.0,\"prompt_tokens\":1,\"completion_tokens\":2}\n",
+             {\"time\":5.0,\"prompt_tokens\":1,\"completion_tokens\":2}\n\
+             {\"time\":6.0,\"prompt_tokens\":null,\"completion_tokens\":null,\"partial\":true}\n",
         );
         let log = load_log(&l).unwrap();
         assert_eq!(log[0].time, 5.0);
         assert_eq!(log[1].prompt_tokens, 3);
+        assert_eq!((log[2].prompt_tokens, log[2].completion_tokens), (0, 0));
         assert!(load_log(&write("bad.jsonl", "{}\n")).is_err());
     }
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 
-use lingo::mock::{MockConfig, MockKind};
+use lingo::mock::{FaultMode, MockConfig, MockKind};
 
 #[derive(Debug, Args)]
 pub struct MockArgs {
@@ -40,6 +40,35 @@ pub struct MockArgs {
     /// Require `Authorization: Bearer <key>` (kind openai).
     #[arg(long, env = "LINGO_MOCK_API_KEY")]
     pub api_key: Option<String>,
+    /// Inject a fault into generation requests: hang-before-headers (no answer until the
+    /// client closes), hang-after-headers (200 and headers, then nothing), stall-mid-stream
+    /// (3 tokens or half a whole answer, then silence), close-mid-stream (the same, then the
+    /// connection is cut), malformed-chunk (2 tokens, one event that is not JSON, then the
+    /// rest), reset (closed before any byte), huge-error (a 400 of --fault-error-bytes),
+    /// slow-tokens (--fault-slow-ms between tokens). Per request instead: the header
+    /// `x-mock-fault: MODE` or the word `lingo-fault:MODE` in the prompt; or arm the next N
+    /// requests with `POST /mock/fault {"mode": MODE, "count": N}`.
+    #[arg(long, env = "LINGO_MOCK_FAULT")]
+    pub fault: Option<FaultMode>,
+    /// Share of generation requests that get --fault, 0 to 1, spread evenly over request
+    /// ordinals (0.25: every 4th), so runs repeat.
+    #[arg(long, env = "LINGO_MOCK_FAULT_RATE", default_value_t = 1.0, value_parser = rate)]
+    pub fault_rate: f64,
+    /// Body size in bytes of a huge-error answer (header `x-mock-fault-bytes` per request).
+    #[arg(long, env = "LINGO_MOCK_FAULT_ERROR_BYTES", default_value_t = 50 << 20)]
+    pub fault_error_bytes: u64,
+    /// Milliseconds between tokens of a slow-tokens answer (header `x-mock-fault-ms`).
+    #[arg(long, env = "LINGO_MOCK_FAULT_SLOW_MS", default_value_t = 500)]
+    pub fault_slow_ms: u64,
+}
+
+fn rate(s: &str) -> Result<f64, String> {
+    let p: f64 = s.parse().map_err(|e| format!("{e}"))?;
+    if (0.0..=1.0).contains(&p) {
+        Ok(p)
+    } else {
+        Err(format!("{p} is not between 0 and 1"))
+    }
 }
 
 impl MockArgs {
@@ -54,6 +83,10 @@ impl MockArgs {
             eos_seed: self.eos_seed,
             fail_every: self.fail_every,
             api_key: self.api_key.clone(),
+            fault: self.fault,
+            fault_rate: self.fault_rate,
+            fault_error_bytes: self.fault_error_bytes,
+            fault_slow: Duration::from_millis(self.fault_slow_ms),
         }
     }
 }

@@ -260,13 +260,24 @@ impl ServeArgs {
     }
 }
 
+/// What must hold before lingo listens: the client keys load, and an upstream key is not
+/// offered to anyone who can reach the port.
+fn startup_checks(config: &Config) -> anyhow::Result<()> {
+    if let Some(auth) = lingo::auth::Auth::from_config(&config.auth)? {
+        tracing::info!(keys = auth.len(), "client authentication on");
+    }
+    lingo::auth::check_exposure(config).map_err(anyhow::Error::msg)
+}
+
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let config = args.config()?;
+    startup_checks(&config)?;
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("binding {}", config.listen))?;
     let listen = listener.local_addr()?;
-    tracing::info!(%listen, upstream = %config.upstream.url, "lingo serve");
+    let upstream = lingo::upstream::redact_url(&config.upstream.url);
+    tracing::info!(%listen, %upstream, "lingo serve");
     let (drain, stop) = super::drain_signals();
     tokio::select! {
         r = lingo::proxy::serve(listener, config, drain) => r?,

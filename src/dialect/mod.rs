@@ -94,6 +94,23 @@ impl Dialect {
         }
     }
 
+    /// Whose clients call `path` on lingo, for refusals made before a handler reads the body
+    /// (auth, admission): `/generate`, shared by three dialects, answers in SGLang's shape;
+    /// unknown paths in OpenAI's, the most widely parsed.
+    pub fn for_path(path: &str) -> Dialect {
+        match path {
+            "/v1/messages" => Dialect::Anthropic,
+            "/v1/chat/completions" => Dialect::OpenaiChat,
+            "/generate" | "/get_model_info" | "/model_info" | "/get_server_info"
+            | "/server_info" | "/flush_cache" | "/health_generate" => Dialect::Sglang,
+            "/" | "/generate_stream" | "/info" => Dialect::Tgi,
+            "/api/chat" => Dialect::OllamaChat,
+            p if p.starts_with("/api/") => Dialect::OllamaGenerate,
+            "/completion" | "/completions" | "/props" => Dialect::Llamacpp,
+            _ => Dialect::OpenaiCompletions,
+        }
+    }
+
     /// The path a request goes to on an upstream of this dialect (TGI streams on its own
     /// route).
     pub fn request_path(self, stream: bool) -> &'static str {

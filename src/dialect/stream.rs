@@ -4,7 +4,7 @@ use bytes::BytesMut;
 
 use super::{anthropic, llamacpp, ollama, openai, sglang, tgi, vllm_legacy};
 use crate::error::ProxyError;
-use crate::model::Event;
+use crate::model::{Event, MAX_CHOICES};
 use crate::stream::framing::Frame;
 
 /// Turns canonical events into a client dialect's stream bytes.
@@ -65,6 +65,27 @@ impl StreamEncoder {
     }
 }
 
+/// Refuse a choice index no request can have, before an encoder or the tally sizes its
+/// per-choice state by it.
+fn check_indexes(events: &[Event]) -> Result<(), ProxyError> {
+    let index = |e: &Event| match e {
+        Event::Chunk(c) => c.index,
+        Event::Role { index } => *index,
+        _ => 0,
+    };
+    match events.iter().map(index).find(|i| *i >= MAX_CHOICES) {
+        Some(i) => Err(too_many_choices(i)),
+        None => Ok(()),
+    }
+}
+
+/// The error for an upstream choice index at or beyond [`MAX_CHOICES`].
+pub(crate) fn too_many_choices(index: impl std::fmt::Display) -> ProxyError {
+    ProxyError::UpstreamProtocol(format!(
+        "choice index {index} is beyond the {MAX_CHOICES} choices a stream may have"
+    ))
+}
+
 /// Turns an upstream dialect's frames into canonical events.
 pub enum StreamDecoder {
     Sglang(sglang::stream::Decoder),
@@ -78,6 +99,12 @@ pub enum StreamDecoder {
 
 impl StreamDecoder {
     pub fn frame(&mut self, frame: &Frame, out: &mut Vec<Event>) -> Result<(), ProxyError> {
+        let start = out.len();
+        self.decode(frame, out)?;
+        check_indexes(&out[start..])
+    }
+
+    fn decode(&mut self, frame: &Frame, out: &mut Vec<Event>) -> Result<(), ProxyError> {
         match self {
             StreamDecoder::Sglang(d) => d.frame(frame, out),
             StreamDecoder::Openai(d) => d.frame(frame, out),

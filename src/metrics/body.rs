@@ -3,7 +3,8 @@
 //! The handler returns as soon as headers are ready; nothing about a stream is known then.
 //! This body sees each piece the pipeline emits: the first piece carrying a token is the time
 //! to first token, later ones give inter-token gaps, the `End` piece carries the upstream's
-//! totals, and dropping the body early means the client went away.
+//! totals, and dropping the body early means the client went away (the record it owns then
+//! records itself as cancelled, with the counts known so far).
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -14,13 +15,20 @@ use bytes::Bytes;
 use futures_util::Stream;
 use http_body::{Body, Frame, SizeHint};
 
-use super::{Metrics, Outcome, RequestRecord};
+use super::{Metrics, OpenRecord, Outcome, RequestRecord};
 
 /// What a response pipeline emits.
 #[derive(Debug)]
 pub enum Emit {
     /// Bytes for the client, and how many generated tokens they carry.
     Data { bytes: Bytes, tokens: u32 },
+    /// What the stream knows so far of the counts its end will report (the upstream's
+    /// running prompt count; whether the output count so far is a guess), so a request that
+    /// ends early keeps them.
+    Progress {
+        prompt_tokens: Option<u64>,
+        estimated: bool,
+    },
     /// The end, with the totals the upstream reported.
     End(Summary),
 }
@@ -34,37 +42,65 @@ pub struct Summary {
     /// `Some` when the request failed; the outcome and error kind.
     pub error: Option<(Outcome, &'static str)>,
     pub upstream_wait: Duration,
+    /// Upstream stream events lingo could not decode (passthrough forwards them as they came).
+    pub decode_errors: u32,
 }
 
 pin_project_lite::pin_project! {
+    /// Owns the request's record until the response ends: recorded at `End`, or, dropped
+    /// first (the client went away), recorded by the record itself as cancelled.
     pub struct MeteredBody<S> {
         #[pin]
         inner: S,
-        record: RequestRecord,
+        record: Option<OpenRecord>,
         metrics: Arc<Metrics>,
-        done: bool,
+        // A whole answer's totals, known before its bytes leave: the request ends as they
+        // are handed over, and keeps the counts if the body is dropped unread.
+        whole: Option<Summary>,
     }
 
     impl<S> PinnedDrop for MeteredBody<S> {
         fn drop(this: Pin<&mut Self>) {
             let this = this.project();
-            if !*this.done {
-                this.record.outcome = Outcome::Cancelled;
-                this.record.ended = Some(Instant::now());
-                this.metrics.request_finished(this.record);
+            if let (Some(rec), Some(s)) = (this.record.as_mut(), this.whole.take()) {
+                known_counts(rec, &s);
+                rec.tokens = s.completion_tokens;
+                rec.estimated = s.estimated;
             }
+            // An unfinished record records itself (cancelled, partial) as it drops.
         }
     }
 }
 
 impl<S> MeteredBody<S> {
-    pub fn new(inner: S, record: RequestRecord, metrics: Arc<Metrics>) -> MeteredBody<S> {
+    pub fn new(inner: S, mut record: OpenRecord, metrics: Arc<Metrics>) -> MeteredBody<S> {
+        record.counting = true;
         MeteredBody {
             inner,
-            record,
+            record: Some(record),
             metrics,
-            done: false,
+            whole: None,
         }
+    }
+
+    /// A whole answer: `inner` yields its bytes; `summary` is its end.
+    pub fn whole(
+        inner: S,
+        record: OpenRecord,
+        metrics: Arc<Metrics>,
+        summary: Summary,
+    ) -> MeteredBody<S> {
+        let mut body = MeteredBody::new(inner, record, metrics);
+        body.whole = Some(summary);
+        body
+    }
+}
+
+/// Counts a summary carries that are worth keeping even if the request does not finish.
+fn known_counts(record: &mut RequestRecord, s: &Summary) {
+    // A zero from a summary that counted nothing (an estimate, an error) is not a count.
+    if s.prompt_tokens > 0 || (!s.estimated && s.error.is_none()) {
+        record.prompt_tokens = Some(s.prompt_tokens);
     }
 }
 
@@ -80,11 +116,12 @@ fn on_tokens(record: &mut RequestRecord, metrics: &Metrics, tokens: u32) {
     }
     record.last_token = Some(now);
     record.tokens += u64::from(tokens);
+    record.charge_key();
 }
 
-fn on_end(record: &mut RequestRecord, metrics: &Metrics, s: Summary) {
+fn on_end(mut record: OpenRecord, s: Summary, metrics: &Metrics) {
     record.ended = Some(Instant::now());
-    record.prompt_tokens = s.prompt_tokens;
+    known_counts(&mut record, &s);
     // The upstream's count is authoritative; chunk counting only fills in when it is silent.
     record.tokens = if s.estimated {
         record.tokens.max(s.completion_tokens)
@@ -94,11 +131,15 @@ fn on_end(record: &mut RequestRecord, metrics: &Metrics, s: Summary) {
     record.estimated = s.estimated;
     record.finish = s.finish;
     record.upstream_wait += s.upstream_wait;
+    metrics.stream_decode_errors(&record.labels, s.decode_errors);
     if let Some((outcome, kind)) = s.error {
         record.outcome = outcome;
         record.error_kind = Some(kind);
+        // Output had begun: the counts are what arrived before the failure.
+        record.partial = record.first_token.is_some();
     }
-    metrics.request_finished(record);
+    record.charge_key();
+    record.finish();
 }
 
 impl<S: Stream<Item = Emit>> Body for MeteredBody<S> {
@@ -111,32 +152,49 @@ impl<S: Stream<Item = Emit>> Body for MeteredBody<S> {
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         let mut this = self.project();
         loop {
-            if *this.done {
+            let Some(record) = this.record.as_mut() else {
                 return Poll::Ready(None);
-            }
+            };
             match this.inner.as_mut().poll_next(cx) {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(Some(Emit::Data { bytes, tokens })) => {
                     if tokens > 0 {
-                        on_tokens(this.record, this.metrics, tokens);
+                        on_tokens(record, this.metrics, tokens);
+                    }
+                    if let Some(s) = this.whole.take() {
+                        // All of a whole answer is in hand: it ends as it leaves.
+                        if let Some(r) = this.record.take() {
+                            on_end(r, s, this.metrics);
+                        }
                     }
                     if bytes.is_empty() {
                         continue;
                     }
                     return Poll::Ready(Some(Ok(Frame::data(bytes))));
                 }
+                Poll::Ready(Some(Emit::Progress {
+                    prompt_tokens,
+                    estimated,
+                })) => {
+                    if prompt_tokens.is_some() {
+                        record.prompt_tokens = prompt_tokens;
+                    }
+                    record.estimated = estimated;
+                }
                 Poll::Ready(Some(Emit::End(summary))) => {
-                    *this.done = true;
-                    on_end(this.record, this.metrics, summary);
+                    if let Some(r) = this.record.take() {
+                        on_end(r, summary, this.metrics);
+                    }
                 }
                 Poll::Ready(None) => {
-                    *this.done = true;
                     // A pipeline always ends with `End`; without one, trust the chunk count.
                     let s = Summary {
                         estimated: true,
                         ..Summary::default()
                     };
-                    on_end(this.record, this.metrics, s);
+                    if let Some(r) = this.record.take() {
+                        on_end(r, s, this.metrics);
+                    }
                 }
             }
         }

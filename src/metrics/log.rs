@@ -1,4 +1,5 @@
-//! The request log: one JSON line per finished request, written off the request path.
+//! The request log: one JSON line per request (finished, failed or abandoned), written off
+//! the request path.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -35,14 +36,19 @@ pub struct LogLine<'a> {
     pub upstream: &'a str,
     pub model: Option<&'a str>,
     pub stream: bool,
-    pub prompt_tokens: u64,
-    pub completion_tokens: u64,
+    /// `null` when unknown (a request that ended before anything counted it).
+    pub prompt_tokens: Option<u64>,
+    pub completion_tokens: Option<u64>,
     pub tokens_estimated: bool,
+    /// The request ended before its response did: the counts are those known by then.
+    pub partial: bool,
     pub ttft: Option<f64>,
     pub e2e: Option<f64>,
     pub outcome: &'a str,
     pub finish_reason: Option<&'a str>,
     pub error_kind: Option<&'a str>,
+    /// The client key's name (never the key); null without auth.
+    pub key: Option<&'a str>,
 }
 
 impl<'a> LogLine<'a> {
@@ -55,8 +61,9 @@ impl<'a> LogLine<'a> {
             model: r.model.as_deref(),
             stream: r.stream,
             prompt_tokens: r.prompt_tokens,
-            completion_tokens: r.tokens,
+            completion_tokens: r.completion_tokens(),
             tokens_estimated: r.estimated,
+            partial: r.partial,
             ttft: r.ttft(),
             e2e: r
                 .e2e()
@@ -64,6 +71,7 @@ impl<'a> LogLine<'a> {
             outcome: r.outcome.label(),
             finish_reason: r.finish,
             error_kind: r.error_kind,
+            key: r.key.as_ref().map(|k| k.name()),
         }
     }
 }

@@ -3,15 +3,18 @@
 //!
 //! Per-request measurement lives in `body.rs`: a wrapper around the response body sees the
 //! first token, every later token, the end, an error, or the client dropping the stream.
+//! `open.rs` holds the record from the request's arrival, so it is recorded exactly once.
 
 pub mod body;
 mod log;
 pub mod names;
+mod open;
 mod record;
 mod vllm;
 
 pub use body::{Emit, MeteredBody, Summary};
 pub use log::{LogLine, LogTarget, RequestLog};
+pub use open::OpenRecord;
 pub use record::{Labels, Outcome, RequestRecord};
 
 use prometheus::{
@@ -19,6 +22,24 @@ use prometheus::{
 };
 
 use names::*;
+
+/// Why a request was refused at the door; a closed set used as a label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    Unauthorized,
+    RateLimited,
+    Overloaded,
+}
+
+impl Refusal {
+    pub fn label(self) -> &'static str {
+        match self {
+            Refusal::Unauthorized => "unauthorized",
+            Refusal::RateLimited => "rate_limited",
+            Refusal::Overloaded => "overloaded",
+        }
+    }
+}
 
 /// All of lingo's metrics, registered in one registry.
 pub struct Metrics {
@@ -37,6 +58,8 @@ pub struct Metrics {
     upstream_headers: HistogramVec,
     overhead: HistogramVec,
     in_flight: IntGaugeVec,
+    refused: IntCounterVec,
+    decode_errors: IntCounterVec,
     vllm: Option<vllm::VllmCompat>,
     log: Option<RequestLog>,
     /// Record nothing (`--no-metrics`, to measure what metrics cost).
@@ -102,6 +125,13 @@ impl Metrics {
                 OVERHEAD_BUCKETS,
             ),
             in_flight,
+            refused: counter(&r, REFUSED.0, REFUSED.1, &["reason"]),
+            decode_errors: counter(
+                &r,
+                DECODE_ERRORS.0,
+                DECODE_ERRORS.1,
+                &["dialect", "upstream"],
+            ),
             vllm: None,
             log: None,
             off: false,
@@ -147,7 +177,23 @@ impl Metrics {
         }
     }
 
-    /// Record one finished (or failed, or cancelled) request.
+    /// A request's labels changed while it was in flight (its model became known): move its
+    /// in-flight counts to the new labels.
+    pub fn request_relabelled(&self, old: &Labels, new: &Labels) {
+        if self.off {
+            return;
+        }
+        if old.upstream != new.upstream {
+            self.in_flight.with_label_values(&[&old.upstream]).dec();
+            self.in_flight.with_label_values(&[&new.upstream]).inc();
+        }
+        if let Some(v) = &self.vllm {
+            v.relabelled(&old.model, &new.model);
+        }
+    }
+
+    /// Record one finished (or failed, or cancelled) request. Only `OpenRecord` calls this,
+    /// once per request.
     pub fn request_finished(&self, r: &RequestRecord) {
         if self.off {
             return;
@@ -162,6 +208,7 @@ impl Metrics {
                 &l.model,
                 r.outcome.label(),
                 r.finish_label(),
+                r.key_label(),
             ])
             .inc();
         if let Some(kind) = r.error_kind {
@@ -171,17 +218,18 @@ impl Metrics {
         }
         self.prompt_tokens
             .with_label_values(&model)
-            .inc_by(r.prompt_tokens);
+            .inc_by(r.prompt_tokens.unwrap_or(0));
         self.generation_tokens
             .with_label_values(&model)
             .inc_by(r.tokens);
         if r.estimated {
             self.estimated_requests.with_label_values(&model).inc();
         }
+        // A prompt's length is the request's, whatever became of it; unknown is not 0.
+        if let Some(p) = r.prompt_tokens {
+            self.prompt_hist.with_label_values(&model).observe(p as f64);
+        }
         if r.outcome == Outcome::Ok {
-            self.prompt_hist
-                .with_label_values(&model)
-                .observe(r.prompt_tokens as f64);
             self.generation_hist
                 .with_label_values(&model)
                 .observe(r.tokens as f64);
@@ -208,6 +256,24 @@ impl Metrics {
         if let Some(log) = &self.log {
             log.record(r);
         }
+    }
+
+    /// A request refused before any handler ran (so it has no request record).
+    pub fn request_refused(&self, why: Refusal) {
+        if self.off {
+            return;
+        }
+        self.refused.with_label_values(&[why.label()]).inc();
+    }
+
+    /// `n` upstream stream events of one request could not be decoded.
+    pub fn stream_decode_errors(&self, l: &Labels, n: u32) {
+        if self.off || n == 0 {
+            return;
+        }
+        self.decode_errors
+            .with_label_values(&[l.dialect, &l.upstream])
+            .inc_by(u64::from(n));
     }
 
     pub fn observe_ttft(&self, r: &RequestRecord, seconds: f64) {

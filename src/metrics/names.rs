@@ -6,7 +6,7 @@ pub const REQUESTS: (&str, &str) = (
 );
 pub const PROMPT_TOKENS: (&str, &str) = (
     "lingo_prompt_tokens_total",
-    "Prompt tokens, from the upstream's own counts.",
+    "Prompt tokens, from the upstream's own counts (or a token-id prompt's length).",
 );
 pub const GENERATION_TOKENS: (&str, &str) = (
     "lingo_generation_tokens_total",
@@ -46,13 +46,31 @@ pub const OVERHEAD: (&str, &str) = (
     "lingo_overhead_seconds",
     "Time spent inside lingo per request (total minus time waiting on the upstream).",
 );
+pub const DECODE_ERRORS: (&str, &str) = (
+    "lingo_stream_decode_errors_total",
+    "Upstream stream events lingo could not decode (passthrough forwards them as they came).",
+);
 pub const IN_FLIGHT: (&str, &str) = (
     "lingo_requests_in_flight",
     "Requests being served, per upstream.",
 );
 
+pub const REFUSED: (&str, &str) = (
+    "lingo_requests_refused_total",
+    "Requests refused before any handler ran, by reason (unauthorized, rate_limited, overloaded).",
+);
+
 pub const MODEL_LABELS: &[&str] = &["dialect", "upstream", "model"];
-pub const REQUEST_LABELS: &[&str] = &["dialect", "upstream", "model", "outcome", "finish_reason"];
+/// `key` is the client key's name (`none` without auth): on this counter only, not on the
+/// histograms, to keep their series few.
+pub const REQUEST_LABELS: &[&str] = &[
+    "dialect",
+    "upstream",
+    "model",
+    "outcome",
+    "finish_reason",
+    "key",
+];
 pub const ERROR_LABELS: &[&str] = &["dialect", "upstream", "kind"];
 
 /// vLLM's TTFT buckets, so dashboards compare like with like.

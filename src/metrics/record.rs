@@ -47,8 +47,16 @@ pub struct RequestRecord {
     pub first_token: Option<Instant>,
     pub last_token: Option<Instant>,
     pub tokens: u64,
-    pub prompt_tokens: u64,
+    /// `None` while unknown: a request that ends before anyone counted its prompt records no
+    /// count rather than a false 0.
+    pub prompt_tokens: Option<u64>,
     pub estimated: bool,
+    /// The request ended before its response did (the client left): the counts are what was
+    /// known by then.
+    pub partial: bool,
+    /// The response body is being metered, so `tokens` counts what has left so far (before
+    /// that, a request that ends knows nothing of its output).
+    pub counting: bool,
     pub finish: Option<&'static str>,
     pub outcome: Outcome,
     pub error_kind: Option<&'static str>,
@@ -59,6 +67,8 @@ pub struct RequestRecord {
     /// This request's inter-token histogram, looked up once (at its first gap) rather than
     /// hashed out of the label set at every token.
     pub itl: Option<prometheus::Histogram>,
+    /// The client key's name and budget, when `[auth]` is on.
+    pub key: Option<crate::auth::ClientKey>,
 }
 
 impl RequestRecord {
@@ -78,8 +88,10 @@ impl RequestRecord {
             first_token: None,
             last_token: None,
             tokens: 0,
-            prompt_tokens: 0,
+            prompt_tokens: None,
             estimated: false,
+            partial: false,
+            counting: false,
             finish: None,
             outcome: Outcome::Ok,
             error_kind: None,
@@ -87,7 +99,27 @@ impl RequestRecord {
             upstream_wait: Duration::ZERO,
             ended: None,
             itl: None,
+            key: None,
         }
+    }
+
+    /// The client key's name (a closed set, from the key file), or `none` without auth.
+    pub fn key_label(&self) -> &str {
+        self.key.as_ref().map_or("none", |k| k.name())
+    }
+
+    /// Charge the tokens counted so far (prompt and generated) to the key's budget.
+    pub fn charge_key(&mut self) {
+        let total = self.prompt_tokens.unwrap_or(0) + self.tokens;
+        if let Some(k) = &mut self.key {
+            k.charge_up_to(total);
+        }
+    }
+
+    /// Output tokens, when known: always once the request ended normally; for a partial
+    /// record, only if its response had started to leave.
+    pub fn completion_tokens(&self) -> Option<u64> {
+        (!self.partial || self.counting).then_some(self.tokens)
     }
 
     pub fn finish_label(&self) -> &'static str {

@@ -124,12 +124,19 @@ impl VllmCompat {
         self.running.with_label_values(&[model]).inc();
     }
 
+    pub fn relabelled(&self, old: &str, new: &str) {
+        if old != new {
+            self.running.with_label_values(&[old]).dec();
+            self.running.with_label_values(&[new]).inc();
+        }
+    }
+
     pub fn finished(&self, r: &RequestRecord) {
         let m = r.labels.model.as_str();
         self.running.with_label_values(&[m]).dec();
         self.prompt_tokens
             .with_label_values(&[m])
-            .inc_by(r.prompt_tokens);
+            .inc_by(r.prompt_tokens.unwrap_or(0));
         self.generation_tokens
             .with_label_values(&[m])
             .inc_by(r.tokens);
@@ -137,9 +144,9 @@ impl VllmCompat {
             return;
         }
         self.success.with_label_values(&[r.finish_label(), m]).inc();
-        self.prompt_hist
-            .with_label_values(&[m])
-            .observe(r.prompt_tokens as f64);
+        if let Some(p) = r.prompt_tokens {
+            self.prompt_hist.with_label_values(&[m]).observe(p as f64);
+        }
         self.generation_hist
             .with_label_values(&[m])
             .observe(r.tokens as f64);

@@ -14,7 +14,9 @@ use bytes::Bytes;
 use http::header::CONTENT_TYPE;
 use tokio::time::Instant;
 
+use super::fault::FaultMode;
 use super::generate::Seq;
+use super::inject;
 use super::sse::Encoder;
 use super::state::{MockState, RequestGuard};
 use super::FailMode;
@@ -32,9 +34,27 @@ pub(crate) async fn pace_whole(state: &MockState, seqs: &[Seq]) {
     let cfg = &state.config;
     let total = seqs.iter().map(Seq::len).max().unwrap_or(0);
     let first = total.min(chunk_size(state));
-    let delay = cfg.ttft + cfg.itl * u32::try_from(total - first).unwrap_or(u32::MAX);
+    let delay = cfg.ttft + itl(state) * u32::try_from(total - first).unwrap_or(u32::MAX);
     if !delay.is_zero() {
         tokio::time::sleep(delay).await;
+    }
+}
+
+/// The delay per token: `slow-tokens` overrides the configured one.
+fn itl(state: &MockState) -> Duration {
+    match inject::current() {
+        Some(f) if f.mode == FaultMode::SlowTokens => f.slow,
+        _ => state.config.itl,
+    }
+}
+
+/// Where and how the stream fails: an injected fault, else `fail_next_stream`.
+fn stream_failure(state: &MockState) -> Option<(u32, FailMode)> {
+    match inject::current().map(|f| f.mode) {
+        Some(FaultMode::StallMidStream) => Some((3, FailMode::Stall)),
+        Some(FaultMode::CloseMidStream) => Some((3, FailMode::Abort)),
+        Some(FaultMode::MalformedChunk) => Some((2, FailMode::Malformed)),
+        _ => state.take_stream_failure(),
     }
 }
 
@@ -48,9 +68,11 @@ pub(crate) fn stream<E: Encoder>(
     generation: Generation,
     encoder: E,
 ) -> Response {
-    let paced = !(state.config.ttft.is_zero() && state.config.itl.is_zero());
+    let itl = itl(&state);
+    let paced = !(state.config.ttft.is_zero() && itl.is_zero());
     let driver = Driver {
-        fail: state.take_stream_failure(),
+        fail: stream_failure(&state),
+        itl,
         total: generation.seqs.iter().map(Seq::len).max().unwrap_or(0),
         chunk: chunk_size(&state),
         deadline: paced.then(Instant::now),
@@ -83,6 +105,8 @@ struct Driver<E> {
     usage: (u64, u64),
     guard: Option<RequestGuard>,
     fail: Option<(u32, FailMode)>,
+    /// Delay per token.
+    itl: Duration,
     /// Tokens sent per sequence so far.
     pos: usize,
     /// Length of the longest sequence.
@@ -105,7 +129,7 @@ impl<E: Encoder> Driver<E> {
         if let Some((after, mode)) = self.fail {
             // A failure armed past the end still fires, in place of the terminator.
             if self.pos >= (after as usize).min(self.total) && (self.started || after == 0) {
-                return Some(self.fail_now(mode).await);
+                return self.fail_now(mode).await;
             }
         }
         let mut out = Vec::with_capacity(256 * self.seqs.len().max(1));
@@ -159,7 +183,7 @@ impl<E: Encoder> Driver<E> {
         let delay = if first {
             cfg.ttft
         } else {
-            cfg.itl
+            self.itl
                 .saturating_mul(u32::try_from(tokens).unwrap_or(u32::MAX))
         };
         if delay > Duration::ZERO {
@@ -168,24 +192,34 @@ impl<E: Encoder> Driver<E> {
         }
     }
 
-    async fn fail_now(&mut self, mode: FailMode) -> Result<Bytes, std::io::Error> {
+    async fn fail_now(&mut self, mode: FailMode) -> Option<Result<Bytes, std::io::Error>> {
+        match mode {
+            FailMode::Stall => {
+                // The guard stays with the driver: the client closing drops it, an abort.
+                std::future::pending::<()>().await;
+                return None;
+            }
+            FailMode::Malformed => {
+                self.fail = None;
+                let mut out = Vec::new();
+                self.encoder.malformed(&mut out);
+                return Some(Ok(out.into()));
+            }
+            FailMode::ErrorEvent | FailMode::Abort => {}
+        }
         if let Some(guard) = self.guard.take() {
             guard.fail();
         }
-        match mode {
-            FailMode::ErrorEvent => {
-                let mut out = Vec::new();
-                self.encoder
-                    .error("mock: injected stream failure", &mut out);
-                Ok(out.into())
-            }
-            FailMode::Abort => {
-                // Pending once so hyper flushes the headers and tokens it holds: a server that
-                // dies mid-stream has sent those. Then the error makes hyper cut the connection
-                // without the chunked terminator.
-                tokio::task::yield_now().await;
-                Err(std::io::Error::other("mock: injected stream abort"))
-            }
+        if mode == FailMode::ErrorEvent {
+            let mut out = Vec::new();
+            self.encoder
+                .error("mock: injected stream failure", &mut out);
+            return Some(Ok(out.into()));
         }
+        // Pending once so hyper flushes the headers and tokens it holds: a server that dies
+        // mid-stream has sent those. Then the error makes hyper cut the connection without the
+        // chunked terminator.
+        tokio::task::yield_now().await;
+        Some(Err(std::io::Error::other("mock: injected stream abort")))
     }
 }

@@ -12,6 +12,25 @@
 //! failures) -> `sse`.
 //! `state` holds the counters; a `RequestGuard` dropped unfinished counts an abort.
 //!
+//! Fault modes (`fault` chooses, `inject` injects; README "The mock" has the full list), each
+//! in every kind's framing and error shape, streaming and whole:
+//! - `hang-before-headers`: no answer; the connection is held until the client closes it.
+//! - `hang-after-headers`: 200 and headers (chunked), then no body byte.
+//! - `stall-mid-stream`: 3 tokens' events (a whole answer: half its bytes), then silence.
+//! - `close-mid-stream`: as stall, then the connection is cut without the chunked terminator.
+//! - `malformed-chunk`: 2 tokens, an event that is not JSON, then the rest of the stream and
+//!   its end marker (a whole answer: half its body, sent as if it were all of it).
+//! - `reset`: closed before any response byte; an RST when served by [`serve_with`].
+//! - `huge-error`: a 400 in the route's error shape, `fault_error_bytes` long, streamed.
+//! - `slow-tokens`: `fault_slow` between tokens.
+//!
+//! Triggers, first match wins: header `x-mock-fault: <mode>` (with `x-mock-fault-bytes`,
+//! `x-mock-fault-ms`); the word `lingo-fault:<mode>` anywhere in the request body; `POST
+//! /mock/fault {"mode", "count"}` for the next N generation requests; `MockConfig::fault` at
+//! `fault_rate`. Only generation routes are faulted, before any other check (the `openai`
+//! kind's key included). A client that closes first counts as `aborted`; `close-mid-stream`,
+//! `reset` and `huge-error` count as `failed`; `MockStats::faults` counts per mode.
+//!
 //! Known simplifications: one model, no LoRA, no tool calls or reasoning output, no prompt
 //! logprobs for `echo`; SGLang's extra prefix-caching request for `n > 1`, per-request
 //! `stream_interval` and `/v1/models/{id}` are not simulated; TGI's `/v1/completions`, `/`,
@@ -20,7 +39,10 @@
 
 mod driver;
 mod error;
+mod fault;
 mod generate;
+mod inject;
+mod listener;
 mod llamacpp;
 mod ollama;
 mod openai;
@@ -36,6 +58,8 @@ mod vocab;
 use std::str::FromStr;
 use std::time::Duration;
 
+pub use fault::{FaultCounts, FaultMode};
+pub use listener::{ResetListener, ResetOnDrop};
 pub use routes::router;
 pub use state::MockState;
 
@@ -114,6 +138,15 @@ pub struct MockConfig {
     pub fail_every: Option<u32>,
     /// Require `Authorization: Bearer <key>` (kind `openai` only). Default: none.
     pub api_key: Option<String>,
+    /// Inject this fault into generation requests (`--fault`). Default `None`.
+    pub fault: Option<FaultMode>,
+    /// Share of generation requests that get `fault`, 0..=1, spread evenly by ordinal.
+    /// Default 1.0.
+    pub fault_rate: f64,
+    /// Body size of a `huge-error` answer. Default 50 MiB.
+    pub fault_error_bytes: u64,
+    /// Delay between the tokens of a `slow-tokens` answer. Default 500 ms.
+    pub fault_slow: Duration,
 }
 
 impl Default for MockConfig {
@@ -128,6 +161,10 @@ impl Default for MockConfig {
             eos_seed: 0,
             fail_every: None,
             api_key: None,
+            fault: None,
+            fault_rate: 1.0,
+            fault_error_bytes: 50 << 20,
+            fault_slow: Duration::from_millis(500),
         }
     }
 }
@@ -141,6 +178,10 @@ pub enum FailMode {
     ErrorEvent,
     /// The connection is dropped mid-stream, without a terminator.
     Abort,
+    /// The stream goes silent, holding the connection until the client closes it.
+    Stall,
+    /// One event that is not valid JSON, then the rest of the stream as usual.
+    Malformed,
 }
 
 /// Counters over generation requests. Invariant once quiet:
@@ -161,14 +202,22 @@ pub struct MockStats {
     pub prompt_tokens: u64,
     /// Sum of the completion tokens reported in usage of completed requests.
     pub completion_tokens: u64,
+    /// Faults injected, per mode.
+    #[serde(default)]
+    pub faults: FaultCounts,
 }
 
 /// Serves the mock on `listener` until the process ends.
 pub async fn serve(listener: tokio::net::TcpListener, config: MockConfig) -> std::io::Result<()> {
-    use axum::serve::ListenerExt;
-    // Streams are many small writes: without NODELAY, Nagle would distort the timings we simulate.
-    let listener = listener.tap_io(|tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
-    axum::serve(listener, router(MockState::new(config))).await
+    serve_with(listener, MockState::new(config)).await
+}
+
+/// Serves the mock with `state` on `listener` until the process ends; connections a `reset`
+/// fault closes end with an RST.
+pub async fn serve_with(
+    listener: tokio::net::TcpListener,
+    state: std::sync::Arc<MockState>,
+) -> std::io::Result<()> {
+    let app = router(state).into_make_service_with_connect_info::<ResetOnDrop>();
+    axum::serve(ResetListener(listener), app).await
 }

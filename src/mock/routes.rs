@@ -12,10 +12,12 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::state::MockState;
-use super::{llamacpp, ollama, openai, sglang, tgi, tokenize, FailMode, MockKind};
+use super::{
+    inject, llamacpp, ollama, openai, sglang, tgi, tokenize, FailMode, FaultMode, MockKind,
+};
 
 /// Long batched prompts exceed axum's 2 MiB default.
-const BODY_LIMIT: usize = 64 << 20;
+pub(crate) const BODY_LIMIT: usize = 64 << 20;
 /// The vLLM release the mock claims to be (>= 0.10.1: nested error envelope).
 const VLLM_VERSION: &str = "0.11.0";
 
@@ -34,7 +36,8 @@ pub fn router(state: Arc<MockState>) -> Router {
         .route("/mock/stats", get(stats))
         .route("/mock/hold", post(hold))
         .route("/mock/release", post(release))
-        .route("/mock/fail_next_stream", post(fail_next_stream));
+        .route("/mock/fail_next_stream", post(fail_next_stream))
+        .route("/mock/fault", post(fault));
     let specific = match state.config.kind {
         MockKind::Vllm => openai_routes()
             .route("/ping", get(()))
@@ -80,6 +83,10 @@ pub fn router(state: Arc<MockState>) -> Router {
     };
     common
         .merge(specific)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            inject::middleware,
+        ))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(state)
 }
@@ -162,6 +169,27 @@ async fn fail_next_stream(State(state): State<Arc<MockState>>, body: Bytes) -> R
     match control_body::<FailBody>(&body) {
         Ok(b) => {
             state.fail_next_stream(b.after_tokens, b.mode);
+            Json(json!({})).into_response()
+        }
+        Err(bad) => bad.into_response(),
+    }
+}
+
+#[derive(Deserialize)]
+struct FaultBody {
+    mode: Option<FaultMode>,
+    #[serde(default = "one")]
+    count: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+async fn fault(State(state): State<Arc<MockState>>, body: Bytes) -> Response {
+    match control_body::<FaultBody>(&body) {
+        Ok(b) => {
+            state.arm_fault(b.mode, b.count);
             Json(json!({})).into_response()
         }
         Err(bad) => bad.into_response(),

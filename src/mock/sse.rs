@@ -15,6 +15,10 @@ pub(crate) trait Encoder: Send + 'static {
     fn close(&mut self, seqs: &[Seq], out: &mut Vec<u8>);
     /// The in-band error event and the terminator.
     fn error(&mut self, message: &str, out: &mut Vec<u8>);
+    /// An event whose payload is not valid JSON (the `malformed-chunk` fault).
+    fn malformed(&mut self, out: &mut Vec<u8>) {
+        out.extend_from_slice(b"data: {\"choices\": [\n\n");
+    }
 }
 
 /// Appends one `data: {json}\n\n` event.

@@ -6,6 +6,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use tokio::sync::Notify;
 
+use super::fault::{self, FaultCounts, FaultMode};
 use super::{FailMode, MockConfig, MockStats};
 
 /// `hold_at` value meaning "no hold".
@@ -20,6 +21,10 @@ pub struct MockState {
     hold_at: AtomicU64,
     released: Notify,
     fail_next: Mutex<Option<(u32, FailMode)>>,
+    /// `POST /mock/fault`: the mode and how many more generation requests get it.
+    armed: Mutex<Option<(FaultMode, u32)>>,
+    /// Generation requests seen by the fault middleware: the ordinal `--fault-rate` uses.
+    fault_ordinal: AtomicU64,
     /// Woken on every counter change, for [`MockState::wait_for`].
     changed: Notify,
     /// The served model name; starts as `config.model`, tests may rename it.
@@ -35,6 +40,7 @@ struct Counters {
     failed: AtomicU64,
     prompt_tokens: AtomicU64,
     completion_tokens: AtomicU64,
+    faults: [AtomicU64; FaultMode::ALL.len()],
 }
 
 impl MockState {
@@ -48,6 +54,8 @@ impl MockState {
             hold_at: AtomicU64::new(NO_HOLD),
             released: Notify::new(),
             fail_next: Mutex::new(None),
+            armed: Mutex::new(None),
+            fault_ordinal: AtomicU64::new(0),
             changed: Notify::new(),
             served: std::sync::RwLock::new(config.model.clone()),
             config,
@@ -79,6 +87,7 @@ impl MockState {
             failed: get(&c.failed),
             prompt_tokens: get(&c.prompt_tokens),
             completion_tokens: get(&c.completion_tokens),
+            faults: FaultCounts::from_slice(c.faults.each_ref().map(get)),
         }
     }
 
@@ -99,6 +108,12 @@ impl MockState {
         *self.fail_next.lock().unwrap_or_else(|e| e.into_inner()) = Some((after_tokens, mode));
     }
 
+    /// The next `count` generation requests get fault `mode` (`None` disarms).
+    pub fn arm_fault(&self, mode: Option<FaultMode>, count: u32) {
+        let armed = mode.filter(|_| count > 0).map(|m| (m, count));
+        *self.armed.lock().unwrap_or_else(|e| e.into_inner()) = armed;
+    }
+
     /// Waits until `pred` holds for the counters; lets tests wait without sleeping.
     pub async fn wait_for(&self, pred: impl Fn(&MockStats) -> bool) {
         loop {
@@ -111,6 +126,30 @@ impl MockState {
             }
             changed.await;
         }
+    }
+
+    /// Consumes one armed fault, if any.
+    pub(crate) fn take_armed_fault(&self) -> Option<FaultMode> {
+        let mut armed = self.armed.lock().unwrap_or_else(|e| e.into_inner());
+        let (mode, left) = armed.as_mut()?;
+        let mode = *mode;
+        *left -= 1;
+        if *left == 0 {
+            *armed = None;
+        }
+        Some(mode)
+    }
+
+    /// The whole-mock fault (`--fault`), if this generation request is due for it.
+    pub(crate) fn scheduled_fault(&self) -> Option<FaultMode> {
+        let mode = self.config.fault?;
+        let ordinal = self.fault_ordinal.fetch_add(1, Ordering::AcqRel) + 1;
+        fault::scheduled(ordinal, self.config.fault_rate).then_some(mode)
+    }
+
+    pub(crate) fn count_fault(&self, mode: FaultMode) {
+        self.counters.faults[mode as usize].fetch_add(1, Ordering::AcqRel);
+        self.changed.notify_waiters();
     }
 
     pub(crate) fn take_stream_failure(&self) -> Option<(u32, FailMode)> {
@@ -173,7 +212,14 @@ pub(crate) struct RequestGuard {
 }
 
 impl RequestGuard {
-    pub(crate) fn complete(mut self, prompt_tokens: u64, completion_tokens: u64) {
+    pub(crate) fn complete(self, prompt_tokens: u64, completion_tokens: u64) {
+        // A whole answer that a fault cuts is counted by how the cut body ends instead.
+        if let Some(guard) = super::inject::defer(self, (prompt_tokens, completion_tokens)) {
+            guard.complete_now(prompt_tokens, completion_tokens);
+        }
+    }
+
+    pub(crate) fn complete_now(mut self, prompt_tokens: u64, completion_tokens: u64) {
         let c = &self.state.counters;
         c.prompt_tokens.fetch_add(prompt_tokens, Ordering::AcqRel);
         c.completion_tokens

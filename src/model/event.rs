@@ -2,6 +2,11 @@
 
 use super::{Finish, TokenLogprob, Usage};
 
+/// The most choices one stream may carry (prompts times `n`). Encoders and the tally keep
+/// per-choice state indexed by the upstream's `index`, so an index from a hostile or broken
+/// upstream (`4294967295`) must be refused before it sizes a vector (found by fuzzing).
+pub const MAX_CHOICES: u32 = 16_384;
+
 /// New output for one choice.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Chunk {

@@ -46,15 +46,18 @@ pub struct Usage {
 }
 
 impl Usage {
+    // Counts come from the upstream: saturate rather than overflow on absurd ones.
     pub fn total(&self) -> u64 {
-        self.prompt_tokens + self.completion_tokens
+        self.prompt_tokens.saturating_add(self.completion_tokens)
     }
 
     pub fn add(&mut self, other: &Usage) {
-        self.prompt_tokens += other.prompt_tokens;
-        self.completion_tokens += other.completion_tokens;
+        self.prompt_tokens = self.prompt_tokens.saturating_add(other.prompt_tokens);
+        self.completion_tokens = self
+            .completion_tokens
+            .saturating_add(other.completion_tokens);
         if let Some(c) = other.cached_tokens {
-            self.cached_tokens = Some(self.cached_tokens.unwrap_or(0) + c);
+            self.cached_tokens = Some(self.cached_tokens.unwrap_or(0).saturating_add(c));
         }
     }
 }
@@ -93,13 +96,15 @@ impl Response {
         let mut total = Usage::default();
         for c in &self.choices {
             let Some(u) = c.usage else { continue };
-            total.completion_tokens += u.completion_tokens;
-            if c.index % n == 0 {
-                total.prompt_tokens += u.prompt_tokens;
-                if let Some(cached) = u.cached_tokens {
-                    total.cached_tokens = Some(total.cached_tokens.unwrap_or(0) + cached);
-                }
-            }
+            // Each prompt's counts once (its first choice), every choice's output.
+            let prompt = match c.index % n {
+                0 => u,
+                _ => Usage::default(),
+            };
+            total.add(&Usage {
+                completion_tokens: u.completion_tokens,
+                ..prompt
+            });
         }
         self.usage = Some(total);
     }

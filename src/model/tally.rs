@@ -39,12 +39,12 @@ impl Tally {
                     }
                 };
                 let slot = self.slot(c.index);
-                slot.counted += new;
+                slot.counted = slot.counted.saturating_add(new);
                 if let Some(u) = c.usage {
                     slot.counted = slot.counted.max(u.completion_tokens);
                     slot.usage = Some(u);
                 }
-                new as u32
+                u32::try_from(new).unwrap_or(u32::MAX)
             }
             _ => 0,
         }
@@ -104,11 +104,21 @@ impl Tally {
                 Some(u) => sum.add(&u),
                 None => {
                     all_reported = false;
-                    sum.completion_tokens += c.counted;
+                    sum.completion_tokens = sum.completion_tokens.saturating_add(c.counted);
                 }
             }
         }
         (sum, !all_reported && self.estimated)
+    }
+
+    /// What is known before the end: the prompt tokens the upstream has reported so far (if
+    /// any), and whether the output count so far is a guess.
+    pub fn so_far(&self) -> (Option<u64>, bool) {
+        let (usage, estimated) = self.totals();
+        (
+            self.has_reported_usage().then_some(usage.prompt_tokens),
+            estimated,
+        )
     }
 
     /// Whether any usage was reported (so prompt tokens are known).

@@ -227,7 +227,12 @@ async fn models(State(st): St) -> Response {
     (status, axum::Json(v)).into_response()
 }
 
-async fn metrics(State(st): St) -> Response {
+/// Off the client port when `metrics.on_client_port` is false: then `metrics.listen` is the
+/// only place to read them, and the client port answers as for any unknown path.
+async fn metrics(State(st): St, uri: Uri) -> Response {
+    if !st.config.metrics.on_client_port {
+        return not_found(uri).await;
+    }
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
         st.metrics.render(),

@@ -1,5 +1,6 @@
 //! `lingo serve`: the router, its shared state, and the layer stack around it.
 
+pub(crate) mod admission;
 mod aux;
 mod aux_native;
 pub mod drain;
@@ -14,10 +15,12 @@ pub use state::AppState;
 
 use std::sync::Arc;
 
+use axum::middleware;
 use axum::routing::post;
 use axum::Router;
 use tower::ServiceBuilder;
 
+use crate::auth;
 use crate::config::Config;
 use crate::dialect::Dialect;
 use crate::metrics::Metrics;
@@ -40,6 +43,9 @@ pub fn app_with_metrics(config: Config, metrics: Arc<Metrics>) -> Router {
 /// The router over an existing state (so `serve` can warm the state up first).
 pub fn router(state: Arc<AppState>) -> Router {
     let body_timeout = state.config.timeouts.client_body;
+    let gate = auth::gate::Gate::new(&state.config.auth, state.metrics.clone());
+    let slots = admission::Admission::new(&state.config.limits, state.metrics.clone());
+    let body_limit = state.config.limits.max_request_body;
     let gen = |d: Dialect| move |s, h, b| generate::handle(s, d, h, b);
     let gen_stream = |d: Dialect| move |s, h, b| generate::handle_stream(s, d, h, b);
     let routes = Router::new()
@@ -58,20 +64,29 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/completions", post(gen(Dialect::Llamacpp)))
         .route("/api/generate", post(gen(Dialect::OllamaGenerate)))
         .route("/api/chat", post(gen(Dialect::OllamaChat)))
+        // Only generation takes an in-flight slot (the routes above; probes never do).
+        .route_layer(middleware::from_fn_with_state(slots, admission::admit))
         .merge(aux::routes())
         .fallback(aux::not_found)
         .with_state(state);
     // Order, outermost first: a request id exists before anything logs; a panic anywhere
-    // inside becomes a 500 rather than a dropped connection; slow clients cannot hold a
-    // worker reading their body forever.
+    // inside becomes a 500 rather than a dropped connection; a request without a valid key
+    // goes no further (nor is its body read); slow clients cannot hold a worker reading their
+    // body forever. Admission (above, generation routes only) comes after auth, so
+    // unauthenticated requests never take an in-flight slot.
     routes.layer(
         ServiceBuilder::new()
             .layer(layers::request_id())
             .layer(layers::propagate_request_id())
             .layer(layers::catch_panic())
+            .layer(middleware::from_fn_with_state(gate, auth::gate::check))
             .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
                 body_timeout,
-            )),
+            ))
+            // The generation routes read their body under this limit themselves
+            // (`generate::ClientBody`, a 413 in the client's dialect); axum's extractors on
+            // the other routes read it from here.
+            .layer(axum::extract::DefaultBodyLimit::max(body_limit)),
     )
 }
 

@@ -1,5 +1,6 @@
 //! Every response leaves through here, wrapped in the metered body.
 
+use std::sync::Mutex;
 use std::time::Instant;
 
 use axum::body::Body;
@@ -11,45 +12,63 @@ use http::{header, HeaderValue, StatusCode};
 use super::AppState;
 use crate::dialect::Dialect;
 use crate::error::{ProxyError, Source};
-use crate::metrics::{Emit, Labels, MeteredBody, Outcome, RequestRecord, Summary};
+use crate::metrics::{Emit, Labels, MeteredBody, OpenRecord, Outcome, RequestRecord, Summary};
 
-/// When a request arrived, and the id the request-id layer gave it.
+/// When a request arrived, and its record (with the id the request-id layer gave it), open from
+/// this moment: if the handler is dropped (the client left) before `record` takes it, it
+/// records itself as cancelled.
 pub struct Arrival {
     pub started: Instant,
-    pub request_id: Option<String>,
     /// The route itself asks for a stream (TGI's `/generate_stream`).
     pub stream: bool,
+    /// A lock only so `record` can take it through `&Arrival`; never contended.
+    open: Mutex<Option<OpenRecord>>,
 }
 
 impl Arrival {
-    pub fn new(headers: &http::HeaderMap) -> Arrival {
+    /// Open the request's record (it is in flight from here) under labels refined later.
+    pub fn new(st: &AppState, dialect: Dialect, headers: &http::HeaderMap) -> Arrival {
+        let started = Instant::now();
+        let request_id = headers
+            .get("x-request-id")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let mut rec = RequestRecord::new(labels(st, dialect, None), started);
+        rec.request_id = request_id;
+        rec.key = crate::auth::current();
         Arrival {
-            started: Instant::now(),
-            request_id: headers
-                .get("x-request-id")
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_string),
+            started,
             stream: false,
+            open: Mutex::new(Some(OpenRecord::open(st.metrics.clone(), rec))),
         }
     }
 }
 
-/// Open the record of one request (counts it in flight until its body ends or drops).
-pub fn record(st: &AppState, dialect: Dialect, model: Option<&str>, at: &Arrival) -> RequestRecord {
-    let labels = Labels {
+fn labels(st: &AppState, dialect: Dialect, model: Option<&str>) -> Labels {
+    Labels {
         dialect: dialect.label(),
         upstream: st.upstream_name().to_string(),
         model: model.map_or_else(|| "other".to_string(), |m| st.models.label(m)),
-    };
-    st.metrics.request_started(&labels);
-    let mut rec = RequestRecord::new(labels, at.started);
-    rec.request_id = at.request_id.clone();
+    }
+}
+
+/// The request's record, with its labels now that the model is known (in flight until its
+/// body ends or drops). Taken once per request.
+pub fn record(st: &AppState, dialect: Dialect, model: Option<&str>, at: &Arrival) -> OpenRecord {
+    let taken = at.open.lock().unwrap_or_else(|e| e.into_inner()).take();
+    let mut rec = taken.unwrap_or_else(|| {
+        // A handler that takes the record twice is a bug; still, never lose a request.
+        tracing::error!("a request's record was taken twice");
+        let rec = RequestRecord::new(labels(st, dialect, None), at.started);
+        OpenRecord::open(st.metrics.clone(), rec)
+    });
+    rec.relabel(labels(st, dialect, model));
     rec.model = model.map(str::to_string);
     rec.stream = at.stream;
     rec
 }
 
-pub fn stream<S>(st: &AppState, record: RequestRecord, content_type: HeaderValue, s: S) -> Response
+pub fn stream<S>(st: &AppState, record: OpenRecord, content_type: HeaderValue, s: S) -> Response
 where
     S: Stream<Item = Emit> + Send + 'static,
 {
@@ -61,22 +80,18 @@ where
     resp
 }
 
-/// A whole response: one data piece carrying all its tokens, then the end.
+/// A whole response: one data piece carrying all its tokens; the request ends as it leaves.
 pub fn full(
     st: &AppState,
-    record: RequestRecord,
+    record: OpenRecord,
     status: StatusCode,
     content_type: HeaderValue,
     bytes: Bytes,
     summary: Summary,
 ) -> Response {
     let tokens = u32::try_from(summary.completion_tokens).unwrap_or(u32::MAX);
-    let pieces = vec![Emit::Data { bytes, tokens }, Emit::End(summary)];
-    let body = MeteredBody::new(
-        futures_util::stream::iter(pieces),
-        record,
-        st.metrics.clone(),
-    );
+    let piece = futures_util::stream::iter([Emit::Data { bytes, tokens }]);
+    let body = MeteredBody::whole(piece, record, st.metrics.clone(), summary);
     let mut resp = Response::new(Body::new(body));
     *resp.status_mut() = status;
     resp.headers_mut()
@@ -89,7 +104,7 @@ pub fn json() -> HeaderValue {
 }
 
 /// An error before any output, in the client's dialect.
-pub fn error(st: &AppState, record: RequestRecord, dialect: Dialect, err: &ProxyError) -> Response {
+pub fn error(st: &AppState, record: OpenRecord, dialect: Dialect, err: &ProxyError) -> Response {
     let outcome = match (err.source(), err) {
         (_, ProxyError::Timeout(_)) => Outcome::Timeout,
         (Source::Client, _) => Outcome::ClientError,

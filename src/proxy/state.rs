@@ -21,7 +21,9 @@ pub struct AppState {
 
 impl AppState {
     pub fn new(config: Config, metrics: Arc<Metrics>) -> AppState {
-        let mut client = Client::new(&config.upstream.url, &config.timeouts);
+        let mut client = Client::new(&config.upstream.url, &config.timeouts)
+            .named(&config.upstream.name)
+            .with_limits(&config.limits);
         // `validate()` has checked that an explicitly named variable is set.
         if let Ok(Some(key)) = config.upstream.api_key() {
             match client.clone().with_api_key(&key) {
@@ -51,13 +53,19 @@ impl AppState {
         if let Some(k) = *slot {
             return Ok(k);
         }
+        // The client sees the upstream's name; the (redacted) URL is for the log.
         let (kind, why) = detect_kind(&self.client).await.ok_or_else(|| {
+            tracing::warn!(
+                upstream = self.client.name(),
+                url = self.client.base(),
+                "kind detection failed"
+            );
             ProxyError::UpstreamUnreachable(format!(
-                "could not detect the kind of {} (set --upstream-kind)",
-                self.client.base()
+                "could not detect the kind of `{}` (set --upstream-kind)",
+                self.client.name()
             ))
         })?;
-        tracing::info!(upstream = self.client.base(), kind = kind.label(), %why, "detected upstream kind");
+        tracing::info!(upstream = self.client.name(), url = self.client.base(), kind = kind.label(), %why, "detected upstream kind");
         *slot = Some(kind);
         Ok(kind)
     }

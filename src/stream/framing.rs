@@ -22,6 +22,12 @@ pub struct Frame {
     pub data: Bytes,
 }
 
+/// One event grew past the parser's limit (`limits.max_stream_event`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EventTooLarge {
+    pub limit: usize,
+}
+
 /// Accumulates bytes and yields complete frames.
 #[derive(Debug)]
 pub struct FrameParser {
@@ -30,6 +36,10 @@ pub struct FrameParser {
     event: Option<String>,
     data: Vec<u8>,
     has_data: bool,
+    /// The most bytes one event may hold here, unfinished line included.
+    limit: usize,
+    /// A line or an event went past `limit`.
+    over: bool,
 }
 
 impl FrameParser {
@@ -40,11 +50,27 @@ impl FrameParser {
             event: None,
             data: Vec::new(),
             has_data: false,
+            limit: usize::MAX,
+            over: false,
         }
     }
 
-    /// Feed bytes; push every frame they complete onto `out`.
+    /// Hold at most `limit` bytes for one event: past it `try_feed` fails rather than
+    /// buffering an upstream's endless line.
+    pub fn with_limit(mut self, limit: usize) -> FrameParser {
+        self.limit = limit;
+        self
+    }
+
+    /// Feed bytes; push every frame they complete onto `out` (for parsers without a limit,
+    /// which cannot fail).
     pub fn feed(&mut self, bytes: &[u8], out: &mut Vec<Frame>) {
+        let _ = self.try_feed(bytes, out);
+    }
+
+    /// Feed bytes; push every frame they complete onto `out`. Fails once one event holds
+    /// more than the limit; the parser is then empty and the stream should end.
+    pub fn try_feed(&mut self, bytes: &[u8], out: &mut Vec<Frame>) -> Result<(), EventTooLarge> {
         self.buf.extend_from_slice(bytes);
         while let Some(pos) = self.buf.iter().position(|&b| b == b'\n' || b == 0) {
             let mut line = self.buf.split_to(pos + 1);
@@ -53,7 +79,27 @@ impl FrameParser {
                 line.truncate(pos - 1);
             }
             self.line(line.freeze(), out);
+            // The rest of `buf` may hold whole lines still: only the event counts here.
+            self.check(self.data.len())?;
         }
+        self.check(self.pending())
+    }
+
+    /// The bytes of the event being read: its data so far and its unfinished line.
+    pub fn pending(&self) -> usize {
+        self.buf.len() + self.data.len()
+    }
+
+    fn check(&mut self, held: usize) -> Result<(), EventTooLarge> {
+        if !self.over && held <= self.limit {
+            return Ok(());
+        }
+        self.over = false;
+        self.buf = BytesMut::new();
+        self.data = Vec::new();
+        self.has_data = false;
+        self.event = None;
+        Err(EventTooLarge { limit: self.limit })
     }
 
     /// The stream ended: flush a frame that lacked its final separator.
@@ -70,7 +116,9 @@ impl FrameParser {
     fn line(&mut self, line: Bytes, out: &mut Vec<Frame>) {
         match self.framing {
             Framing::Ndjson => {
-                if !line.iter().all(u8::is_ascii_whitespace) {
+                if line.len() > self.limit {
+                    self.over = true;
+                } else if !line.iter().all(u8::is_ascii_whitespace) {
                     out.push(Frame {
                         event: None,
                         data: line,
@@ -102,6 +150,10 @@ impl FrameParser {
         };
         match &name[..] {
             b"data" => {
+                if self.data.len() + usize::from(self.has_data) + value.len() > self.limit {
+                    self.over = true;
+                    return;
+                }
                 if self.has_data {
                     self.data.push(b'\n');
                 }
@@ -198,6 +250,38 @@ mod tests {
         let mut frames = Vec::new();
         p.feed(&out, &mut frames);
         assert_eq!(frames[0].event.as_deref(), Some("ping"));
+    }
+
+    fn bounded(framing: Framing, limit: usize, pieces: &[&[u8]]) -> (Vec<Frame>, bool) {
+        let mut p = FrameParser::new(framing).with_limit(limit);
+        let mut out = Vec::new();
+        let mut failed = false;
+        for piece in pieces {
+            failed |= p.try_feed(piece, &mut out).is_err();
+            assert!(p.pending() <= limit, "holds {} > {limit}", p.pending());
+        }
+        (out, failed)
+    }
+
+    #[test]
+    fn events_within_the_limit_pass_and_larger_ones_fail_without_buffering() {
+        let (ok, failed) = bounded(Framing::Sse, 8, &[b"data: 12345678\n\n"]);
+        assert!(!failed);
+        assert_eq!(&ok[0].data[..], b"12345678");
+        // An endless line, in small pieces: refused once it passes the limit.
+        let (_, failed) = bounded(Framing::Sse, 8, &[b"data: 1234", b"5678", b"9"]);
+        assert!(failed);
+        // Many data lines that add up past the limit.
+        let (out, failed) = bounded(Framing::Sse, 8, &[b"data: 1234\ndata: 5678\n"]);
+        assert!(failed && out.is_empty());
+        let (_, failed) = bounded(
+            Framing::Ndjson,
+            8,
+            &[b"{\"a\":1}\n", b"{\"aaaaaaaaa\":1}\n"],
+        );
+        assert!(failed);
+        let (out, failed) = bounded(Framing::Ndjson, 8, &[b"{\"a\":1}\n{\"b\":2}\n"]);
+        assert!(!failed && out.len() == 2);
     }
 
     #[test]

@@ -2,3 +2,4 @@
 
 pub mod framing;
 pub mod pipeline;
+pub mod timers;

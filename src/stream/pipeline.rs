@@ -12,8 +12,9 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 
 use super::framing::{write_sse, Frame, FrameParser, Framing};
-use crate::dialect::{StreamDecoder, StreamEncoder};
-use crate::error::ProxyError;
+use super::timers::Timers;
+use crate::dialect::{Dialect, StreamDecoder, StreamEncoder};
+use crate::error::{ProxyError, Source};
 use crate::metrics::{Emit, Outcome, Summary};
 use crate::model::{Event, Tally};
 
@@ -32,13 +33,30 @@ pub enum Output {
     },
 }
 
+/// The upstream side of a stream: its body, its dialect, and the limits it runs under.
+pub struct Upstream {
+    pub body: Incoming,
+    /// The upstream's dialect: its framing and decoder, and in passthrough (where it is the
+    /// client's too) the in-band error lingo appends when the stream breaks.
+    pub dialect: Dialect,
+    /// Time already spent waiting for the headers.
+    pub header_wait: Duration,
+    pub timers: Timers,
+    /// `limits.max_stream_event`.
+    pub max_event: usize,
+}
+
+/// Joining ready chunks stops past this many bytes; the rest goes in the next write.
+const JOIN_CAP: usize = 256 << 10;
+
 struct State {
-    body: Incoming,
-    /// The upstream's framing, which a re-framed passthrough writes in too.
-    framing: Framing,
+    /// Dropped as soon as the stream ends, which closes the upstream connection.
+    body: Option<Incoming>,
+    dialect: Dialect,
     parser: FrameParser,
     decoder: StreamDecoder,
     output: Output,
+    timers: Timers,
     tally: Tally,
     frames: Vec<Frame>,
     events: Vec<Event>,
@@ -47,24 +65,25 @@ struct State {
     saw_end: bool,
     finished: bool,
     wait: Duration,
+    /// Passthrough: upstream events lingo could not decode (forwarded as they came).
+    decode_errors: u32,
+    /// Passthrough: the upstream's own in-band error, already forwarded with the rest.
+    upstream_failed: Option<ProxyError>,
+    /// Raw passthrough: the bytes forwarded so far end inside an event.
+    mid_event: bool,
     /// The body's end or error, seen while collecting ready chunks.
     pending: Option<Option<Result<http_body::Frame<Bytes>, hyper::Error>>>,
 }
 
 /// Build the client-facing stream over an upstream body.
-pub fn pipeline(
-    body: Incoming,
-    framing: Framing,
-    decoder: StreamDecoder,
-    output: Output,
-    header_wait: Duration,
-) -> impl Stream<Item = Emit> + Send {
+pub fn pipeline(up: Upstream, output: Output) -> impl Stream<Item = Emit> + Send {
     let state = State {
-        body,
-        framing,
-        parser: FrameParser::new(framing),
-        decoder,
+        body: Some(up.body),
+        dialect: up.dialect,
+        parser: FrameParser::new(up.dialect.framing()).with_limit(up.max_event),
+        decoder: up.dialect.stream_decoder(),
         output,
+        timers: up.timers,
         tally: Tally::default(),
         frames: Vec::new(),
         events: Vec::new(),
@@ -72,7 +91,10 @@ pub fn pipeline(
         finish: None,
         saw_end: false,
         finished: false,
-        wait: header_wait,
+        wait: up.header_wait,
+        decode_errors: 0,
+        upstream_failed: None,
+        mid_event: false,
         pending: None,
     };
     futures_util::stream::unfold(state, |mut st| async move {
@@ -95,10 +117,18 @@ impl State {
         let next = match self.pending.take() {
             Some(next) => next,
             None => {
+                let Some(body) = self.body.as_mut() else {
+                    return self.fail(ProxyError::Internal(
+                        "the stream was read after it ended".into(),
+                    ));
+                };
                 let t0 = Instant::now();
-                let next = self.body.frame().await;
+                let next = self.timers.chunk(body.frame()).await;
                 self.wait += t0.elapsed();
-                next
+                match next {
+                    Ok(next) => next,
+                    Err(e) => return self.fail(e),
+                }
             }
         };
         match next {
@@ -119,9 +149,12 @@ impl State {
     /// HTTP chunk per event, so one socket read often holds many: handling them together
     /// gives the client one write instead of one per event, and holds nothing back.
     fn with_ready(&mut self, first: Bytes) -> Bytes {
+        let Some(body) = self.body.as_mut() else {
+            return first;
+        };
         let mut joined: Option<BytesMut> = None;
-        loop {
-            match self.body.frame().now_or_never() {
+        while joined.as_ref().map_or(first.len(), BytesMut::len) < JOIN_CAP {
+            match body.frame().now_or_never() {
                 // Not ready: what is here goes out now.
                 None => break,
                 Some(Some(Ok(frame))) => {
@@ -141,36 +174,42 @@ impl State {
         joined.map_or(first, BytesMut::freeze)
     }
 
+    fn passthrough(&self) -> bool {
+        !matches!(self.output, Output::Encode(_))
+    }
+
     fn chunk(&mut self, data: Bytes, eof: bool) {
         self.frames.clear();
-        self.parser.feed(&data, &mut self.frames);
-        if eof {
+        let fed = self.parser.try_feed(&data, &mut self.frames);
+        if eof && fed.is_ok() {
             self.parser.finish(&mut self.frames);
         }
+        self.mid_event = fed.is_err() || self.parser.pending() > 0;
         let raw = matches!(self.output, Output::Raw);
         let mut out = BytesMut::new();
         let mut tokens = 0u32;
         let frames = std::mem::take(&mut self.frames);
         let mut failure = None;
         for frame in &frames {
-            self.events.clear();
-            if let Err(e) = self.decoder.frame(frame, &mut self.events) {
+            if let Err(e) = self.event(frame, &mut out, &mut tokens) {
                 failure = Some(e);
                 break;
             }
-            if let Some(message) = self.upstream_error() {
-                failure = Some(ProxyError::UpstreamStatus {
-                    status: 500,
-                    message,
-                });
-                break;
-            }
-            tokens += self.account();
-            self.write(frame, &mut out);
         }
         self.frames = frames;
+        let failure = failure.or_else(|| {
+            fed.err().map(|e| {
+                ProxyError::UpstreamProtocol(format!(
+                    "a stream event is larger than limits.max_stream_event ({} bytes)",
+                    e.limit
+                ))
+            })
+        });
         if eof && failure.is_none() {
-            tokens += self.closed(&mut out);
+            tokens = tokens.saturating_add(self.closed(&mut out));
+        }
+        if tokens > 0 {
+            self.timers.token_seen();
         }
         let bytes = if raw { data } else { out.freeze() };
         self.emit(bytes, tokens);
@@ -179,6 +218,39 @@ impl State {
             None if eof => self.end(),
             None => {}
         }
+    }
+
+    /// Decode, account for and write one frame. In passthrough an event lingo cannot
+    /// decode, or the upstream's own error event, goes to the client as it came and the
+    /// stream goes on (lingo only observes); in translation either ends the stream.
+    fn event(
+        &mut self,
+        frame: &Frame,
+        out: &mut BytesMut,
+        tokens: &mut u32,
+    ) -> Result<(), ProxyError> {
+        self.events.clear();
+        if let Err(e) = self.decoder.frame(frame, &mut self.events) {
+            if !self.passthrough() {
+                return Err(e);
+            }
+            tracing::debug!(error = %e, "forwarding an upstream event lingo cannot decode");
+            self.decode_errors += 1;
+            self.events.clear();
+        }
+        if let Some(message) = self.upstream_error() {
+            let err = ProxyError::UpstreamStatus {
+                status: 500,
+                message,
+            };
+            if !self.passthrough() {
+                return Err(err);
+            }
+            self.upstream_failed.get_or_insert(err);
+        }
+        *tokens = tokens.saturating_add(self.account());
+        self.write(frame, out);
+        Ok(())
     }
 
     /// The upstream closed the connection: account for (and encode) what the decoder reads
@@ -205,9 +277,10 @@ impl State {
 
     /// Count tokens and note finish reasons and the end marker.
     fn account(&mut self) -> u32 {
-        let mut tokens = 0;
+        // The counts are the upstream's: absurd ones saturate rather than overflow.
+        let mut tokens = 0u32;
         for ev in &self.events {
-            tokens += self.tally.observe(ev);
+            tokens = tokens.saturating_add(self.tally.observe(ev));
             match ev {
                 Event::Chunk(c) => {
                     if let Some(f) = &c.finish {
@@ -234,7 +307,7 @@ impl State {
                     Some(a) => std::borrow::Cow::Owned(rewrite_model(&frame.data, a)),
                     None => std::borrow::Cow::Borrowed(&frame.data[..]),
                 };
-                match self.framing {
+                match self.dialect.framing() {
                     Framing::Sse => write_sse(out, &data),
                     Framing::Ndjson => {
                         out.extend_from_slice(&data);
@@ -246,12 +319,24 @@ impl State {
     }
 
     fn emit(&mut self, bytes: Bytes, tokens: u32) {
+        if tokens > 0 {
+            // Kept by the record should the request end before the stream does.
+            let (prompt_tokens, estimated) = self.tally.so_far();
+            self.queue.push_back(Emit::Progress {
+                prompt_tokens,
+                estimated,
+            });
+        }
         if !bytes.is_empty() || tokens > 0 {
             self.queue.push_back(Emit::Data { bytes, tokens });
         }
     }
 
     fn end(&mut self) {
+        // Passthrough: the upstream's own error went out with the rest of its bytes.
+        if let Some(err) = self.upstream_failed.take() {
+            return self.close(Some((outcome(&err), err.kind())));
+        }
         // A stream that stops without its terminator or any finish reason was cut short.
         if !self.saw_end && self.finish.is_none() {
             return self.fail(ProxyError::UpstreamProtocol(
@@ -266,33 +351,59 @@ impl State {
         self.close(None);
     }
 
+    /// End the stream with the client dialect's in-band error and terminator, so that a
+    /// broken stream never looks complete; passthrough appends it to the upstream's bytes,
+    /// unless the upstream already sent its own error.
     fn fail(&mut self, err: ProxyError) {
+        if let Some(first) = self.upstream_failed.take() {
+            tracing::debug!(error = %err, "after the upstream's own error event");
+            return self.close(Some((outcome(&first), first.kind())));
+        }
         let mut out = BytesMut::new();
+        let raw = matches!(self.output, Output::Raw);
         match &mut self.output {
             Output::Encode(enc) => enc.error(&err, &mut out),
-            // In passthrough the upstream's own bytes (its error event included) already went
-            // out; lingo adds nothing in the upstream's framing.
-            Output::Raw | Output::Reframe { .. } => {}
+            Output::Raw | Output::Reframe { .. } => {
+                // The raw bytes stopped inside an event: end its line, so the error is an
+                // event of its own.
+                if raw && self.mid_event {
+                    out.extend_from_slice(match self.dialect.framing() {
+                        Framing::Sse => b"\n\n",
+                        Framing::Ndjson => b"\n",
+                    });
+                }
+                self.dialect.write_stream_error(&err, &mut out);
+            }
         }
         self.emit(out.freeze(), 0);
-        let outcome = match err {
-            ProxyError::Timeout(_) => Outcome::Timeout,
-            _ => Outcome::UpstreamError,
-        };
-        self.close(Some((outcome, err.kind())));
+        self.close(Some((outcome(&err), err.kind())));
     }
 
     fn close(&mut self, error: Option<(Outcome, &'static str)>) {
+        // Closing the upstream connection now (not when the client has read the end) is
+        // what stops the server generating after a timeout or a failure.
+        self.body = None;
+        self.pending = None;
         let (usage, estimated) = self.tally.totals();
         self.queue.push_back(Emit::End(Summary {
             prompt_tokens: usage.prompt_tokens,
             completion_tokens: usage.completion_tokens,
-            estimated,
+            estimated: estimated || self.decode_errors > 0,
             finish: self.finish,
             error,
             upstream_wait: self.wait,
+            decode_errors: self.decode_errors,
         }));
         self.finished = true;
+    }
+}
+
+/// The outcome label of an error that ended a stream (as `respond::error` decides it).
+fn outcome(err: &ProxyError) -> Outcome {
+    match (err, err.source()) {
+        (ProxyError::Timeout(_), _) => Outcome::Timeout,
+        (_, Source::Client) => Outcome::ClientError,
+        _ => Outcome::UpstreamError,
     }
 }
 

@@ -9,8 +9,9 @@ use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
-use crate::config::Timeouts;
+use crate::config::{Limits, Timeouts};
 use crate::error::{ProxyError, Timer};
+use crate::stream::timers::HeaderWait;
 
 /// The upstream's answer: status, content type, and the still-unread body.
 pub struct UpstreamResponse {
@@ -18,16 +19,55 @@ pub struct UpstreamResponse {
     pub content_type: Option<http::HeaderValue>,
     pub headers: HeaderMap,
     pub body: Incoming,
+    bounds: BodyBounds,
+}
+
+/// What reading a whole upstream body may take: bytes, and time between chunks.
+#[derive(Debug, Clone, Copy)]
+struct BodyBounds {
+    /// `limits.max_upstream_body`: a larger answer fails.
+    whole: usize,
+    /// `limits.max_upstream_error_body`: the rest of a larger error is not read.
+    error: usize,
+    /// `timeouts.stream_idle`.
+    idle: Duration,
 }
 
 impl UpstreamResponse {
-    /// Read the whole body (non-streaming answers and error bodies).
+    /// Read the whole body (non-streaming answers and error bodies), within the limits: an
+    /// answer larger than `limits.max_upstream_body` fails (502); an error body is cut at
+    /// `limits.max_upstream_error_body`, noting the cut, and the rest is never read (the
+    /// connection is dropped with it). A gap longer than `timeouts.stream_idle` fails too.
     pub async fn bytes(self) -> Result<Bytes, ProxyError> {
-        self.body
-            .collect()
-            .await
-            .map(|c| c.to_bytes())
-            .map_err(|e| ProxyError::UpstreamUnreachable(format!("reading body: {e}")))
+        let b = self.bounds;
+        let error = !self.status.is_success();
+        let limit = if error { b.error } else { b.whole };
+        let mut body = self.body;
+        let mut out = bytes::BytesMut::new();
+        loop {
+            let frame = match tokio::time::timeout(b.idle, body.frame()).await {
+                Err(_) => return Err(ProxyError::Timeout(Timer::StreamIdle)),
+                Ok(None) => return Ok(out.freeze()),
+                Ok(Some(f)) => f.map_err(|e| {
+                    ProxyError::UpstreamUnreachable(format!("reading the body: {e}"))
+                })?,
+            };
+            let Ok(data) = frame.into_data() else {
+                continue;
+            };
+            if out.len() + data.len() <= limit {
+                out.extend_from_slice(&data);
+                continue;
+            }
+            if !error {
+                return Err(ProxyError::UpstreamProtocol(format!(
+                    "the answer is larger than limits.max_upstream_body ({limit} bytes)"
+                )));
+            }
+            out.extend_from_slice(&data[..limit - out.len()]);
+            out.extend_from_slice(format!(" ... [cut at {limit} bytes]").as_bytes());
+            return Ok(out.freeze());
+        }
     }
 }
 
@@ -37,9 +77,15 @@ type Connector = hyper_rustls::HttpsConnector<HttpConnector>;
 /// client.
 #[derive(Clone)]
 pub struct Client {
-    base: String,
+    /// The base URL as configured, credentials included: only ever sent, never shown.
+    target: String,
+    /// `base` with any password masked: what logs, errors and `/get_server_info` show.
+    shown: String,
+    /// The configured `upstream.name`: how client-facing errors name this upstream.
+    name: String,
     inner: hyper_util::client::legacy::Client<Connector, Full<Bytes>>,
     header_timeout: Duration,
+    bounds: BodyBounds,
     /// `Authorization` for every request, replacing the client's (`upstream.api_key_env`).
     auth: Option<HeaderValue>,
 }
@@ -55,12 +101,27 @@ impl Client {
             .pool_idle_timeout(t.pool_idle)
             .pool_max_idle_per_host(1024)
             .build(tls(connector));
+        let base = base.trim_end_matches('/').to_string();
         Client {
-            base: base.trim_end_matches('/').to_string(),
+            shown: redact_url(&base),
+            name: "upstream".into(),
+            target: base,
             inner,
             header_timeout: t.response_headers,
+            bounds: BodyBounds {
+                whole: Limits::default().max_upstream_body,
+                error: Limits::default().max_upstream_error_body,
+                idle: t.stream_idle,
+            },
             auth: None,
         }
+    }
+
+    /// Read whole bodies within these limits (`max_upstream_body`, `max_upstream_error_body`).
+    pub fn with_limits(mut self, l: &Limits) -> Client {
+        self.bounds.whole = l.max_upstream_body;
+        self.bounds.error = l.max_upstream_error_body;
+        self
     }
 
     /// Send `Authorization: Bearer <key>` on every request.
@@ -72,8 +133,19 @@ impl Client {
         Ok(self)
     }
 
+    /// Name this upstream in client-facing errors (`upstream.name`).
+    pub fn named(mut self, name: &str) -> Client {
+        self.name = name.to_string();
+        self
+    }
+
+    /// The base URL as it may be shown: credentials masked (`redact_url`).
     pub fn base(&self) -> &str {
-        &self.base
+        &self.shown
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
     pub async fn get(&self, path: &str) -> Result<UpstreamResponse, ProxyError> {
@@ -89,6 +161,19 @@ impl Client {
         self.send(Method::POST, path, body, headers).await
     }
 
+    /// `post_json`, waiting for the headers until `wait.deadline` (a generation's own
+    /// timers: `first_token` for streams when it is sooner).
+    pub async fn post_json_until(
+        &self,
+        path: &str,
+        body: Bytes,
+        headers: &[(HeaderName, HeaderValue)],
+        wait: HeaderWait,
+    ) -> Result<UpstreamResponse, ProxyError> {
+        self.send_until(Method::POST, path, body, headers, wait)
+            .await
+    }
+
     /// Send and wait for the response headers, at most `header_timeout`.
     pub async fn send(
         &self,
@@ -97,7 +182,22 @@ impl Client {
         body: Bytes,
         headers: &[(HeaderName, HeaderValue)],
     ) -> Result<UpstreamResponse, ProxyError> {
-        let uri = format!("{}{}", self.base, path);
+        let wait = HeaderWait {
+            deadline: tokio::time::Instant::now() + self.header_timeout,
+            timer: Timer::ResponseHeaders,
+        };
+        self.send_until(method, path, body, headers, wait).await
+    }
+
+    async fn send_until(
+        &self,
+        method: Method,
+        path: &str,
+        body: Bytes,
+        headers: &[(HeaderName, HeaderValue)],
+        wait: HeaderWait,
+    ) -> Result<UpstreamResponse, ProxyError> {
+        let uri = format!("{}{}", self.target, path);
         let build = || {
             let mut req = Request::builder().method(method.clone()).uri(&uri);
             for (k, v) in headers {
@@ -112,9 +212,9 @@ impl Client {
                 req = req.header(header::CONTENT_TYPE, "application/json");
             }
             req.body(Full::new(body.clone()))
-                .map_err(|e| ProxyError::Internal(format!("building request to {uri}: {e}")))
+                .map_err(|e| ProxyError::Internal(format!("building a request to {path}: {e}")))
         };
-        let deadline = tokio::time::Instant::now() + self.header_timeout;
+        let deadline = wait.deadline;
         let mut result = self.attempt(build()?, deadline).await;
         // A pooled connection the server closed while idle fails before any response byte
         // (cpp-httplib under llama.cpp does this after a stream). The server never saw the
@@ -122,13 +222,17 @@ impl Client {
         if matches!(&result, Err(e) if closed_before_response(e)) {
             result = self.attempt(build()?, deadline).await;
         }
-        let resp = result.map_err(|e| classify(&uri, e))?;
+        if let Err(Failure::Timeout) = result {
+            return Err(ProxyError::Timeout(wait.timer));
+        }
+        let resp = result.map_err(|e| self.classify(path, e))?;
         let (parts, body) = resp.into_parts();
         Ok(UpstreamResponse {
             status: parts.status,
             content_type: parts.headers.get(header::CONTENT_TYPE).cloned(),
             headers: parts.headers,
             body,
+            bounds: self.bounds,
         })
     }
 }
@@ -178,22 +282,53 @@ fn closed_before_response(e: &Failure) -> bool {
     false
 }
 
-fn classify(uri: &str, e: Failure) -> ProxyError {
-    let e = match e {
-        Failure::Timeout => return ProxyError::Timeout(Timer::ResponseHeaders),
-        Failure::Client(e) => e,
+impl Client {
+    /// A failed send as the client may see it: the upstream by its configured name and what
+    /// happened in a word; the URL and the OS's error text go to the log only.
+    fn classify(&self, path: &str, e: Failure) -> ProxyError {
+        let e = match e {
+            Failure::Timeout => return ProxyError::Timeout(Timer::ResponseHeaders),
+            Failure::Client(e) => e,
+        };
+        let mut text = e.to_string();
+        let mut io_kind = None;
+        let mut src = std::error::Error::source(&e);
+        while let Some(s) = src {
+            text.push_str(": ");
+            text.push_str(&s.to_string());
+            io_kind = io_kind.or(s.downcast_ref::<std::io::Error>().map(|io| io.kind()));
+            src = s.source();
+        }
+        tracing::warn!(upstream = %self.name, url = %self.shown, path, error = %text, "upstream request failed");
+        if text.contains("timed out") || text.contains("timeout") {
+            return ProxyError::Timeout(Timer::Connect);
+        }
+        let what = match io_kind {
+            Some(std::io::ErrorKind::ConnectionRefused) => "refused the connection",
+            Some(std::io::ErrorKind::ConnectionReset) => "reset the connection",
+            Some(std::io::ErrorKind::ConnectionAborted) => "closed the connection",
+            _ if e.is_connect() => "could not be connected to",
+            _ => "closed the connection before answering",
+        };
+        ProxyError::UpstreamUnreachable(format!("`{}` {what}", self.name))
+    }
+}
+
+/// A URL with its credentials masked, for anything a person or client may read:
+/// `http://user:secret@host/` becomes `http://user:***@host/`; a lone user part (often a
+/// token) is masked whole.
+pub fn redact_url(url: &str) -> String {
+    let start = url.find("://").map_or(0, |i| i + 3);
+    let rest = &url[start..];
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let Some(at) = rest[..end].rfind('@') else {
+        return url.to_string();
     };
-    let mut text = e.to_string();
-    let mut src = std::error::Error::source(&e);
-    while let Some(s) = src {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        src = s.source();
-    }
-    if text.contains("timed out") || text.contains("timeout") {
-        return ProxyError::Timeout(Timer::Connect);
-    }
-    ProxyError::UpstreamUnreachable(format!("{uri}: {text}"))
+    let masked = match rest[..at].split_once(':') {
+        Some((user, _)) => format!("{user}:***"),
+        None => "***".to_string(),
+    };
+    format!("{}{masked}{}", &url[..start], &rest[at..])
 }
 
 /// The client headers worth forwarding upstream: credentials and the request id. Anthropic's
@@ -217,4 +352,28 @@ pub fn forward_headers(headers: &HeaderMap) -> Vec<(HeaderName, HeaderValue)> {
         out.push((header::AUTHORIZATION, v));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact_url;
+
+    #[test]
+    fn redact_url_masks_credentials_only() {
+        let cases = [
+            (
+                "http://user:secret@127.0.0.1:8000",
+                "http://user:***@127.0.0.1:8000",
+            ),
+            ("https://u:p@w@host/v1?x=a@b", "https://u:***@host/v1?x=a@b"),
+            ("http://token@host:1/", "http://***@host:1/"),
+            ("http://127.0.0.1:8000", "http://127.0.0.1:8000"),
+            ("http://host/path@x", "http://host/path@x"),
+            ("user:pw@host:80", "user:***@host:80"),
+            ("", ""),
+        ];
+        for (url, want) in cases {
+            assert_eq!(redact_url(url), want, "{url}");
+        }
+    }
 }

@@ -4,7 +4,7 @@ mod client;
 mod detect;
 mod models;
 
-pub use client::{forward_headers, Client, UpstreamResponse};
+pub use client::{forward_headers, redact_url, Client, UpstreamResponse};
 pub use detect::{detect_kind, list_models, ModelCard};
 pub use models::Models;
 

@@ -39,8 +39,8 @@ pub async fn mock_with(config: MockConfig) -> Mock {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let state = MockState::new(config);
-    let app = lingo::mock::router(state.clone());
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    // `serve_with` makes the `reset` fault a real TCP reset.
+    tokio::spawn(lingo::mock::serve_with(listener, state.clone()));
     Mock { addr, state }
 }
 

@@ -12,6 +12,8 @@ fn error_type(err: &ProxyError) -> &'static str {
         401 => "AuthenticationError",
         403 => "PermissionDeniedError",
         404 => "NotFoundError",
+        408 => "TimeoutError",
+        413 => "RequestTooLargeError",
         429 => "RateLimitError",
         502..=504 => "ServiceUnavailableError",
         _ => "InternalServerError",

@@ -93,10 +93,13 @@ impl Encoder {
         self.write(c.index, out);
     }
 
-    /// One cumulative event for choice `index`, with the counts as they stand.
+    /// One cumulative event for choice `index`, with the counts as they stand: the prompt's
+    /// from the upstream's running usage, else from the request's token ids (as SGLang
+    /// itself reports it from the first chunk).
     fn write(&mut self, index: u32, out: &mut BytesMut) {
+        let prompt = self.tally.choice_prompt(index);
         let usage = Usage {
-            prompt_tokens: self.tally.choice_prompt(index).unwrap_or(0),
+            prompt_tokens: prompt.or(self.ctx.choice_prompt(index)).unwrap_or(0),
             completion_tokens: self.tally.choice_tokens(index),
             cached_tokens: self.tally.choice_cached(index),
         };
@@ -172,6 +175,9 @@ impl Decoder {
             });
             return Ok(());
         }
+        if w.index >= crate::model::MAX_CHOICES {
+            return Err(crate::dialect::stream::too_many_choices(w.index));
+        }
         let i = w.index as usize;
         if self.seen.len() <= i {
             self.seen.resize(i + 1, Seen::default());
@@ -213,5 +219,65 @@ impl Decoder {
             }),
         }));
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dialect::Dialect;
+
+    fn encoder(body: &[u8]) -> Encoder {
+        let req = Dialect::Sglang.decode_request(body).unwrap();
+        Encoder::new(Ctx::new(&req, "id".into(), "m".into()))
+    }
+
+    fn text(s: &str, usage: Option<Usage>) -> Event {
+        Event::Chunk(Chunk {
+            text: s.into(),
+            usage,
+            ..Chunk::default()
+        })
+    }
+
+    fn prompts(out: &BytesMut) -> Vec<Value> {
+        std::str::from_utf8(out)
+            .unwrap()
+            .split("\n\n")
+            .filter_map(|b| b.strip_prefix("data: "))
+            .filter(|d| *d != "[DONE]")
+            .map(|d| {
+                serde_json::from_str::<Value>(d).unwrap()["meta_info"]["prompt_tokens"].clone()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_token_id_prompt_is_counted_from_the_first_chunk() {
+        // An upstream that counts only at the end: lingo knows the prompt from the request.
+        let mut enc = encoder(br#"{"input_ids": [1, 2, 3], "stream": true}"#);
+        let mut out = BytesMut::new();
+        enc.events(&[text("a", None), text("b", None)], &mut out);
+        assert_eq!(prompts(&out), [3, 3]);
+    }
+
+    #[test]
+    fn running_usage_gives_the_prompt_from_the_first_chunk() {
+        let usage = |c| {
+            Some(Usage {
+                prompt_tokens: 4,
+                completion_tokens: c,
+                cached_tokens: None,
+            })
+        };
+        let mut enc = encoder(br#"{"text": "a b c", "stream": true}"#);
+        let mut out = BytesMut::new();
+        enc.events(&[text("a", usage(1)), text("b", usage(2))], &mut out);
+        assert_eq!(prompts(&out), [4, 4]);
+        // Without either, the count is unknown until the end (and 0 on the wire, as before).
+        let mut enc = encoder(br#"{"text": "a b c", "stream": true}"#);
+        let mut out = BytesMut::new();
+        enc.events(&[text("a", None)], &mut out);
+        assert_eq!(prompts(&out), [0]);
     }
 }

@@ -12,7 +12,8 @@ fn error_type(err: &ProxyError) -> &'static str {
     match err {
         ProxyError::InvalidRequest { .. }
         | ProxyError::Unsupported { .. }
-        | ProxyError::ModelNotFound(_) => "validation",
+        | ProxyError::ModelNotFound(_)
+        | ProxyError::TooLarge { .. } => "validation",
         ProxyError::UpstreamStatus { status: 429, .. }
         | ProxyError::RateLimited { .. }
         | ProxyError::Overloaded { .. }

@@ -127,4 +127,8 @@ impl Encoder for Stream {
     fn error(&mut self, message: &str, out: &mut Vec<u8>) {
         line(out, Map::from_iter([("error".to_owned(), json!(message))]));
     }
+
+    fn malformed(&mut self, out: &mut Vec<u8>) {
+        out.extend_from_slice(b"{\"model\":\"mock\",\"response\":\n");
+    }
 }

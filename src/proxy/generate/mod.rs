@@ -1,8 +1,11 @@
 //! The generation endpoints: pass through when the upstream speaks the client's dialect,
 //! translate through the canonical model otherwise.
 
+mod body;
 mod passthrough;
 mod translate;
+
+pub use body::ClientBody;
 
 use std::sync::Arc;
 
@@ -19,10 +22,13 @@ pub async fn handle(
     State(st): State<Arc<AppState>>,
     dialect: Dialect,
     headers: HeaderMap,
-    body: Bytes,
+    ClientBody(body): ClientBody,
 ) -> Response {
-    let at = respond::Arrival::new(&headers);
-    run(&st, dialect, at, &headers, body).await
+    let at = respond::Arrival::new(&st, dialect, &headers);
+    match body {
+        Ok(body) => run(&st, dialect, at, &headers, body).await,
+        Err(e) => refuse(&st, dialect, &at, &e),
+    }
 }
 
 /// TGI's `POST /generate_stream`: the route, not the body, asks for a stream.
@@ -30,11 +36,24 @@ pub async fn handle_stream(
     State(st): State<Arc<AppState>>,
     dialect: Dialect,
     headers: HeaderMap,
-    body: Bytes,
+    ClientBody(body): ClientBody,
 ) -> Response {
-    let mut at = respond::Arrival::new(&headers);
+    let mut at = respond::Arrival::new(&st, dialect, &headers);
     at.stream = true;
-    run(&st, dialect, at, &headers, body).await
+    match body {
+        Ok(body) => run(&st, dialect, at, &headers, body).await,
+        Err(e) => refuse(&st, dialect, &at, &e),
+    }
+}
+
+/// A request refused before anything was decoded (its body could not be read).
+fn refuse(
+    st: &AppState,
+    dialect: Dialect,
+    at: &respond::Arrival,
+    e: &crate::error::ProxyError,
+) -> Response {
+    respond::error(st, respond::record(st, dialect, None, at), dialect, e)
 }
 
 async fn run(
@@ -63,12 +82,16 @@ async fn run(
 pub async fn handle_generate(
     st: State<Arc<AppState>>,
     headers: HeaderMap,
-    body: Bytes,
+    ClientBody(body): ClientBody,
 ) -> Response {
-    match crate::dialect::generate_dialect(&body) {
-        Ok(d) => handle(st, d, headers, body).await,
+    // Before the body is known, SGLang's shape speaks for the route.
+    let Ok(bytes) = body else {
+        return handle(st, Dialect::Sglang, headers, ClientBody(body)).await;
+    };
+    match crate::dialect::generate_dialect(&bytes) {
+        Ok(d) => handle(st, d, headers, ClientBody(Ok(bytes))).await,
         Err(e) => {
-            let at = respond::Arrival::new(&headers);
+            let at = respond::Arrival::new(&st, Dialect::Sglang, &headers);
             let rec = respond::record(&st, Dialect::Sglang, None, &at);
             respond::error(&st, rec, Dialect::Sglang, &e)
         }
@@ -80,7 +103,7 @@ pub async fn handle_generate(
 pub async fn handle_tgi_compat(
     st: State<Arc<AppState>>,
     headers: HeaderMap,
-    body: Bytes,
+    ClientBody(body): ClientBody,
 ) -> Response {
     #[derive(serde::Deserialize)]
     struct Compat {
@@ -88,18 +111,23 @@ pub async fn handle_tgi_compat(
         stream: bool,
     }
     // A body that does not parse gets its error from the TGI decoder.
-    let stream = serde_json::from_slice::<Compat>(&body).is_ok_and(|c| c.stream);
+    let stream = body
+        .as_ref()
+        .is_ok_and(|b| serde_json::from_slice::<Compat>(b).is_ok_and(|c| c.stream));
+    let body = ClientBody(body);
     if stream {
         return handle_stream(st, Dialect::Tgi, headers, body).await;
     }
+    let limit = st.config.limits.max_upstream_body.saturating_mul(2);
     let resp = handle(st, Dialect::Tgi, headers, body).await;
     if !resp.status().is_success() {
         return resp;
     }
     let (mut parts, body) = resp.into_parts();
     // Whole answers are small and already complete: reading one here ends its metering a
-    // copy earlier than the client sees it, which is all this costs.
-    let Ok(inner) = axum::body::to_bytes(body, usize::MAX).await else {
+    // copy earlier than the client sees it, which is all this costs. lingo's encoding of an
+    // answer the upstream sent within `max_upstream_body` stays within twice that.
+    let Ok(inner) = axum::body::to_bytes(body, limit).await else {
         return http::StatusCode::BAD_GATEWAY.into_response();
     };
     let mut wrapped = Vec::with_capacity(inner.len() + 2);

@@ -9,10 +9,12 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::super::{respond, AppState};
+use crate::dialect::ctx::IdsLen;
 use crate::dialect::Dialect;
 use crate::error::{decode_json, ProxyError};
 use crate::metrics::{Outcome, Summary};
-use crate::stream::pipeline::{pipeline, rewrite_model, Output};
+use crate::stream::pipeline::{pipeline, rewrite_model, Output, Upstream};
+use crate::stream::timers::Timers;
 use crate::upstream::{forward_headers, Kind};
 
 /// The only fields passthrough reads from a request.
@@ -22,6 +24,11 @@ struct Peek {
     /// Absent means the dialect's default (Ollama streams by default).
     stream: Option<bool>,
     stream_options: Option<StreamOptions>,
+    /// A token-id prompt's length, known before the upstream says (SGLang, OpenAI).
+    #[serde(default)]
+    input_ids: IdsLen,
+    #[serde(default)]
+    prompt: IdsLen,
 }
 
 #[derive(Deserialize)]
@@ -85,6 +92,7 @@ pub async fn handle(
     let stream = peek.streams(dialect) || at.stream;
     let mut rec = respond::record(st, dialect, label_model.as_deref(), &at);
     rec.stream = stream;
+    rec.prompt_tokens = peek.input_ids.0.or(peek.prompt.0);
     let strip_usage = peek.needs_usage(dialect);
     let send_model = upstream_model(st, kind, dialect, peek.model.as_deref()).await;
     let body = match (&send_model, strip_usage) {
@@ -98,9 +106,14 @@ pub async fn handle(
         },
     };
     let sent = Instant::now();
+    let mut timers = Timers::start(&st.config.timeouts, at.started, &st.drain, stream);
     let fwd = forward_headers(headers);
     let path = dialect.request_path(stream);
-    let resp = match st.client.post_json(path, body, &fwd).await {
+    let wait = timers.headers();
+    let resp = match timers
+        .guard(st.client.post_json_until(path, body, &fwd, wait))
+        .await
+    {
         Ok(r) => r,
         Err(e) => return respond::error(st, rec, dialect, &e),
     };
@@ -112,18 +125,19 @@ pub async fn handle(
             (None, false) => Output::Raw,
             (alias, strip_usage) => Output::Reframe { alias, strip_usage },
         };
-        let s = pipeline(
-            resp.body,
-            dialect.framing(),
-            dialect.stream_decoder(),
-            output,
-            sent.elapsed(),
-        );
+        let up = Upstream {
+            body: resp.body,
+            dialect,
+            header_wait: sent.elapsed(),
+            timers,
+            max_event: st.config.limits.max_stream_event,
+        };
+        let s = pipeline(up, output);
         return respond::stream(st, rec, content_type, s);
     }
     let status = resp.status;
     let header_usage = dialect.usage_from_headers(&resp.headers);
-    let bytes = match resp.bytes().await {
+    let bytes = match timers.guard(resp.bytes()).await {
         Ok(b) => b,
         Err(e) => return respond::error(st, rec, dialect, &e),
     };

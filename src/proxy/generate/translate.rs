@@ -11,9 +11,10 @@ use super::super::{respond, AppState};
 use super::is_model_not_found;
 use crate::dialect::{ctx, Ctx, Dialect};
 use crate::error::ProxyError;
-use crate::metrics::{RequestRecord, Summary};
+use crate::metrics::{OpenRecord, Summary};
 use crate::model::Request;
-use crate::stream::pipeline::{pipeline, Output};
+use crate::stream::pipeline::{pipeline, Output, Upstream};
+use crate::stream::timers::{HeaderWait, Timers};
 use crate::upstream::{forward_headers, Kind, UpstreamResponse};
 
 pub async fn handle(
@@ -42,31 +43,38 @@ pub async fn handle(
     rec.stream = req.stream;
     req.model = Some(resolved);
     let ctx = Ctx::new(&req, response_id(client, &req), shown);
+    rec.prompt_tokens = ctx.prompt_tokens();
     let fwd = forward_headers(headers);
     let sent = Instant::now();
+    let mut timers = Timers::start(&st.config.timeouts, at.started, &st.drain, req.stream);
     let way = Way {
         client,
         target,
         kind,
     };
-    let resp = match send(st, way, &mut req, &fwd, from_discovery).await {
+    let wait = timers.headers();
+    let resp = match timers
+        .guard(send(st, way, &mut req, &fwd, from_discovery, wait))
+        .await
+    {
         Ok(r) => r,
         Err(e) => return respond::error(st, rec, client, &e),
     };
     rec.upstream_headers = Some(sent.elapsed());
     if req.stream {
         let enc = client.stream_encoder(ctx);
-        let s = pipeline(
-            resp.body,
-            target.framing(),
-            target.stream_decoder(),
-            Output::Encode(Box::new(enc)),
-            sent.elapsed(),
-        );
+        let up = Upstream {
+            body: resp.body,
+            dialect: target,
+            header_wait: sent.elapsed(),
+            timers,
+            max_event: st.config.limits.max_stream_event,
+        };
+        let s = pipeline(up, Output::Encode(Box::new(enc)));
         let ct = HeaderValue::from_static(client.stream_content_type());
         return respond::stream(st, rec, ct, s);
     }
-    whole(st, rec, client, target, resp, &ctx, sent).await
+    whole(st, rec, way, resp, &ctx, sent, timers).await
 }
 
 /// The upstream model name, and whether it came from the upstream's own list.
@@ -113,6 +121,7 @@ async fn send(
     req: &mut Request,
     fwd: &[(http::HeaderName, HeaderValue)],
     from_discovery: bool,
+    wait: HeaderWait,
 ) -> Result<UpstreamResponse, ProxyError> {
     let mut retried = false;
     loop {
@@ -123,9 +132,10 @@ async fn send(
             }
             Err(e) => return Err(rename(client, e)),
         };
+        let path = target.request_path(req.stream);
         let resp = st
             .client
-            .post_json(target.request_path(req.stream), Bytes::from(body), fwd)
+            .post_json_until(path, Bytes::from(body), fwd, wait)
             .await?;
         if resp.status.is_success() {
             return Ok(resp);
@@ -155,15 +165,15 @@ fn rename(client: Dialect, e: ProxyError) -> ProxyError {
 
 async fn whole(
     st: &AppState,
-    rec: RequestRecord,
-    client: Dialect,
-    target: Dialect,
+    rec: OpenRecord,
+    Way { client, target, .. }: Way,
     resp: UpstreamResponse,
     ctx: &Ctx,
     sent: Instant,
+    mut timers: Timers,
 ) -> Response {
     let header_usage = target.usage_from_headers(&resp.headers);
-    let decoded = match resp.bytes().await {
+    let decoded = match timers.guard(resp.bytes()).await {
         Ok(bytes) => target.decode_response(&bytes),
         Err(e) => Err(e),
     };

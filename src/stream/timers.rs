@@ -1,0 +1,195 @@
+//! The upstream-side timers of one request, and the shutdown deadline, as one object the
+//! handler and the streaming pipeline both wait through.
+//!
+//! Each wait on the upstream (its headers, each body chunk) is bounded by the timer of its
+//! phase: `response_headers` (or, for streams, `first_token` if sooner) until the headers,
+//! then `first_token` until the first generated token, then `stream_idle` between chunks;
+//! `total` bounds all of them, and the end of the shutdown grace (`Drain::expired`) cuts any
+//! of them short. An expiry is an error; the caller drops what it waited on, which closes
+//! the upstream connection so the server stops generating.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use tokio::time::{Instant, Sleep};
+
+use crate::config::Timeouts;
+use crate::error::{ProxyError, Timer};
+use crate::proxy::drain::Drain;
+
+/// The headers' deadline and the timer that owns it (for `Client::post_json_until`).
+#[derive(Debug, Clone, Copy)]
+pub struct HeaderWait {
+    pub deadline: Instant,
+    pub timer: Timer,
+}
+
+/// The timers of one request, started when it is sent upstream.
+pub struct Timers {
+    headers: HeaderWait,
+    /// Until the first generated token (streams only); cleared when it comes.
+    first_token: Option<Instant>,
+    idle: Duration,
+    total: Option<Instant>,
+    /// Reused for every wait, reset to the nearest deadline.
+    sleep: Pin<Box<Sleep>>,
+    drain: Drain,
+    /// `drain.expired()`, made once; polled only while `drain.is_expired()` is false, so
+    /// never again after it resolved.
+    expired: Pin<Box<dyn Future<Output = ()> + Send>>,
+}
+
+impl Timers {
+    /// Timers for a request that arrived at `arrived` and is being sent now.
+    pub fn start(t: &Timeouts, arrived: std::time::Instant, drain: &Drain, stream: bool) -> Timers {
+        let now = Instant::now();
+        let total = t.total.map(|d| Instant::from_std(arrived) + d);
+        let first_token = stream.then(|| now + t.first_token);
+        let mut headers = HeaderWait {
+            deadline: now + t.response_headers,
+            timer: Timer::ResponseHeaders,
+        };
+        if let Some(ft) = first_token.filter(|ft| *ft < headers.deadline) {
+            headers = HeaderWait {
+                deadline: ft,
+                timer: Timer::FirstToken,
+            };
+        }
+        let waiter = drain.clone();
+        Timers {
+            headers,
+            first_token,
+            idle: t.stream_idle,
+            total,
+            sleep: Box::pin(tokio::time::sleep_until(now)),
+            drain: drain.clone(),
+            expired: Box::pin(async move { waiter.expired().await }),
+        }
+    }
+
+    /// How long the upstream may take to send its headers.
+    pub fn headers(&self) -> HeaderWait {
+        self.headers
+    }
+
+    /// A generated token arrived: from now on the gaps are `stream_idle`'s.
+    pub fn token_seen(&mut self) {
+        self.first_token = None;
+    }
+
+    /// Run `f` (the upstream exchange up to its headers, or reading a whole body) unless
+    /// `total` or the shutdown deadline comes first.
+    pub async fn guard<T>(
+        &mut self,
+        f: impl Future<Output = Result<T, ProxyError>>,
+    ) -> Result<T, ProxyError> {
+        if self.drain.is_expired() {
+            return Err(ProxyError::ShuttingDown);
+        }
+        let deadline = self.total.unwrap_or_else(far_future);
+        self.sleep.as_mut().reset(deadline);
+        tokio::select! {
+            r = f => r,
+            () = self.sleep.as_mut() => Err(ProxyError::Timeout(Timer::Total)),
+            () = self.expired.as_mut() => Err(ProxyError::ShuttingDown),
+        }
+    }
+
+    /// Wait for the next body chunk, bounded by the phase's timer.
+    pub async fn chunk<T>(&mut self, f: impl Future<Output = T>) -> Result<T, ProxyError> {
+        if self.drain.is_expired() {
+            return Err(ProxyError::ShuttingDown);
+        }
+        let (deadline, timer) = self.chunk_deadline();
+        self.sleep.as_mut().reset(deadline);
+        tokio::select! {
+            r = f => Ok(r),
+            () = self.sleep.as_mut() => Err(ProxyError::Timeout(timer)),
+            () = self.expired.as_mut() => Err(ProxyError::ShuttingDown),
+        }
+    }
+
+    /// Until the first token its own timer is the bound (queueing and prefill may take
+    /// longer than any gap between tokens); after it, `stream_idle`; `total` if sooner.
+    fn chunk_deadline(&self) -> (Instant, Timer) {
+        let phase = match self.first_token {
+            Some(ft) => (ft, Timer::FirstToken),
+            None => (Instant::now() + self.idle, Timer::StreamIdle),
+        };
+        match self.total {
+            Some(total) if total < phase.0 => (total, Timer::Total),
+            _ => phase,
+        }
+    }
+}
+
+/// A deadline that never comes (tokio's own `far_future` is private): about 30 years.
+fn far_future() -> Instant {
+    Instant::now() + Duration::from_secs(86400 * 365 * 30)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn timeouts(first_token: u64, headers: u64, idle: u64, total: Option<u64>) -> Timeouts {
+        Timeouts {
+            first_token: Duration::from_millis(first_token),
+            response_headers: Duration::from_millis(headers),
+            stream_idle: Duration::from_millis(idle),
+            total: total.map(Duration::from_millis),
+            ..Timeouts::default()
+        }
+    }
+
+    fn now() -> std::time::Instant {
+        std::time::Instant::now()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn streams_wait_for_headers_no_longer_than_the_first_token() {
+        let d = Drain::default();
+        let t = Timers::start(&timeouts(100, 600, 50, None), now(), &d, true);
+        assert_eq!(t.headers().timer, Timer::FirstToken);
+        let t = Timers::start(&timeouts(100, 600, 50, None), now(), &d, false);
+        assert_eq!(t.headers().timer, Timer::ResponseHeaders);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn first_token_then_idle_then_total_each_name_themselves() {
+        let d = Drain::default();
+        let mut t = Timers::start(&timeouts(100, 600, 50, Some(1000)), now(), &d, true);
+        let never = std::future::pending::<()>;
+        assert_eq!(
+            t.chunk(never()).await,
+            Err(ProxyError::Timeout(Timer::FirstToken))
+        );
+        t.token_seen();
+        assert_eq!(
+            t.chunk(never()).await,
+            Err(ProxyError::Timeout(Timer::StreamIdle))
+        );
+        assert_eq!(t.chunk(async { 7 }).await, Ok(7));
+        let mut t = Timers::start(&timeouts(100, 600, 50, Some(10)), now(), &d, true);
+        assert_eq!(
+            t.chunk(never()).await,
+            Err(ProxyError::Timeout(Timer::Total))
+        );
+        let mut t = Timers::start(&timeouts(100, 600, 50, Some(10)), now(), &d, false);
+        let slow = async { std::future::pending::<Result<(), ProxyError>>().await };
+        assert_eq!(t.guard(slow).await, Err(ProxyError::Timeout(Timer::Total)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_end_of_the_grace_cuts_every_wait_short() {
+        let d = Drain::default();
+        let mut t = Timers::start(&timeouts(100_000, 600_000, 50_000, None), now(), &d, true);
+        d.start();
+        d.expire();
+        let never = std::future::pending::<()>;
+        assert_eq!(t.chunk(never()).await, Err(ProxyError::ShuttingDown));
+        let slow = async { std::future::pending::<Result<(), ProxyError>>().await };
+        assert_eq!(t.guard(slow).await, Err(ProxyError::ShuttingDown));
+    }
+}

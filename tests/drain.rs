@@ -1,6 +1,7 @@
 //! Graceful drain of a lingo process: on SIGTERM `/ready` turns 503, the listener closes,
 //! half-sent requests are dropped, in-flight requests run on for `shutdown_grace`, then lingo
-//! exits 0; a second signal exits at once.
+//! exits 0, a stream still open at the deadline ending with its dialect's error; a second
+//! signal exits at once.
 
 #![allow(clippy::unwrap_used)]
 
@@ -154,7 +155,6 @@ async fn a_second_signal_exits_at_once() {
 }
 
 #[tokio::test]
-#[ignore = "needs drain.expired() in the stream pipeline"]
 async fn a_stream_open_at_the_deadline_ends_with_its_dialects_error() {
     let (mock, mut lingo) = held("500ms").await;
     let (mut stream, first) = open_stream(&mock, &lingo).await;
@@ -164,6 +164,7 @@ async fn a_stream_open_at_the_deadline_ends_with_its_dialects_error() {
     let events = common::sse_events(&text);
     let error = events.iter().find(|e| e.get("error").is_some());
     assert!(error.is_some(), "no in-band error event: {text}");
+    assert_eq!(events.last(), Some(&json!("[DONE]")), "{text}");
     assert!(lingo.exit_status(BOUND).await.success());
 }
 

@@ -47,17 +47,74 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
 
 /// Resolve on Ctrl-C or SIGTERM, for graceful shutdown.
 pub async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+    Signals::new().recv().await
+}
+
+/// The first SIGTERM or SIGINT (start draining), and the second (stop now).
+pub fn drain_signals() -> (
+    impl std::future::Future<Output = ()>,
+    impl std::future::Future<Output = ()>,
+) {
+    let (first_tx, first) = tokio::sync::oneshot::channel::<()>();
+    let (second_tx, second) = tokio::sync::oneshot::channel::<()>();
+    let mut signals = Signals::new();
+    tokio::spawn(async move {
+        signals.recv().await;
+        tracing::info!("shutting down: a second signal exits at once");
+        let _ = first_tx.send(());
+        signals.recv().await;
+        let _ = second_tx.send(());
+    });
+    // A dropped sender means the task is gone; take that as the signal, not as never.
+    (
+        async move {
+            let _ = first.await;
+        },
+        async move {
+            let _ = second.await;
+        },
+    )
+}
+
+/// SIGTERM and SIGINT, registered once so that a signal arriving between two waits is
+/// not lost.
+struct Signals {
     #[cfg(unix)]
-    let term = async {
-        if let Ok(mut s) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+    term: Option<tokio::signal::unix::Signal>,
+    #[cfg(unix)]
+    int: Option<tokio::signal::unix::Signal>,
+}
+
+impl Signals {
+    fn new() -> Signals {
+        #[cfg(unix)]
         {
-            s.recv().await;
+            use tokio::signal::unix::{signal, SignalKind};
+            Signals {
+                term: signal(SignalKind::terminate()).ok(),
+                int: signal(SignalKind::interrupt()).ok(),
+            }
         }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! { _ = ctrl_c => {}, _ = term => {} }
+        #[cfg(not(unix))]
+        Signals {}
+    }
+
+    async fn recv(&mut self) {
+        #[cfg(unix)]
+        {
+            async fn one(s: &mut Option<tokio::signal::unix::Signal>) {
+                match s {
+                    Some(s) => {
+                        s.recv().await;
+                    }
+                    None => std::future::pending().await,
+                }
+            }
+            tokio::select! { _ = one(&mut self.term) => {}, _ = one(&mut self.int) => {} }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
 }

@@ -275,8 +275,13 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("binding {}", config.listen))?;
+    let listen = listener.local_addr()?;
     let upstream = lingo::upstream::redact_url(&config.upstream.url);
-    tracing::info!(listen = %config.listen, %upstream, "lingo serve");
-    lingo::proxy::serve(listener, config, super::shutdown_signal()).await?;
+    tracing::info!(%listen, %upstream, "lingo serve");
+    let (drain, stop) = super::drain_signals();
+    tokio::select! {
+        r = lingo::proxy::serve(listener, config, drain) => r?,
+        _ = stop => anyhow::bail!("second signal: stopped without draining"),
+    }
     Ok(())
 }

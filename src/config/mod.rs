@@ -163,11 +163,13 @@ impl Default for UpstreamConfig {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Timeouts {
-    /// A client's request line and headers, from the connection's first byte (or from the
-    /// end of its previous request). Past it the connection closes. Default 30s.
+    /// A client's request line and headers: on a new connection from its accept, on a
+    /// keep-alive one from the first byte of its next request. Past it the connection closes
+    /// without an answer. Default 30s.
     #[serde(with = "humantime_serde")]
     pub client_header: Duration,
-    /// A keep-alive connection with no request in progress. Default 60s (nginx's too).
+    /// A keep-alive connection with no request in progress (a long stream is in progress).
+    /// Default 60s (nginx's too).
     #[serde(with = "humantime_serde")]
     pub client_idle: Duration,
     /// Reading a client's request body; past it the client gets a 408. Default 30s.
@@ -244,9 +246,11 @@ impl OverloadStatus {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Limits {
-    /// Open client connections. Further connections wait in the kernel's backlog. Default:
-    /// unset, meaning the open-file limit (raised to its hard limit at start) minus a
-    /// reserve for upstream connections and files.
+    /// Open client connections. Further connections wait in the kernel's backlog; near the
+    /// cap, idle keep-alive connections are closed first. Default: unset, meaning
+    /// `(nofile - 64) / 2` for the open-file limit `nofile` (raised to its hard limit at
+    /// start): 64 descriptors kept for listeners and files, and one upstream connection for
+    /// each client connection.
     pub max_connections: Option<usize>,
     /// Requests in flight at once; beyond it a request is refused at once (429 or 503 with
     /// `Retry-After`, in the client's dialect), never queued. Default: unset (no limit).
@@ -345,7 +349,8 @@ impl Config {
                 return Err(invalid("models", "alias and target must be non-empty"));
             }
         }
-        if self.metrics.listen == Some(self.listen) {
+        // Port 0 twice is two free ports, not one address.
+        if self.metrics.listen == Some(self.listen) && self.listen.port() != 0 {
             return Err(invalid("metrics.listen", "must differ from listen"));
         }
         if self.metrics.request_log.as_deref() == Some("") {

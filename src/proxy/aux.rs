@@ -32,6 +32,10 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/v1/models", get(models))
         .route("/info", get(info))
         .route("/metrics", get(metrics))
+        .route(
+            "/ready",
+            get(|State(st): St| async move { ready(&st.drain) }),
+        )
         .merge(super::aux_native::routes())
 }
 
@@ -237,17 +241,30 @@ async fn metrics(State(st): St, uri: Uri) -> Response {
 }
 
 /// A router with only `/metrics`, for `metrics.listen`.
-pub fn metrics_only(metrics: Arc<crate::metrics::Metrics>) -> Router {
-    Router::new().route(
-        "/metrics",
-        get(move || {
-            let m = metrics.clone();
-            async move {
-                (
-                    [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-                    m.render(),
-                )
-            }
-        }),
-    )
+/// Readiness, lingo's own (not the upstream's): 200 while serving, 503 once draining, so a
+/// load balancer stops sending before the listener closes.
+fn ready(drain: &super::drain::Drain) -> Response {
+    if drain.is_draining() {
+        (StatusCode::SERVICE_UNAVAILABLE, "draining\n").into_response()
+    } else {
+        (StatusCode::OK, "ready\n").into_response()
+    }
+}
+
+/// The metrics listener: `/metrics`, and `/ready` (it stays open while the client port drains).
+pub fn metrics_only(metrics: Arc<crate::metrics::Metrics>, drain: super::drain::Drain) -> Router {
+    Router::new()
+        .route("/ready", get(move || async move { ready(&drain) }))
+        .route(
+            "/metrics",
+            get(move || {
+                let m = metrics.clone();
+                async move {
+                    (
+                        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+                        m.render(),
+                    )
+                }
+            }),
+        )
 }

@@ -7,8 +7,10 @@ pub mod drain;
 mod generate;
 mod layers;
 mod respond;
+mod server;
 mod state;
 
+pub use server::default_max_connections;
 pub use state::AppState;
 
 use std::sync::Arc;
@@ -105,7 +107,7 @@ pub fn build_metrics(config: &Config) -> std::io::Result<Metrics> {
     Ok(m)
 }
 
-/// Run the proxy on a bound listener until `shutdown` resolves.
+/// Run the proxy on a bound listener until `shutdown` resolves, then drain (see `server`).
 pub async fn serve(
     listener: tokio::net::TcpListener,
     config: Config,
@@ -117,15 +119,9 @@ pub async fn serve(
     state.warm_up().await;
     if let Some(addr) = metrics_listen {
         let l = tokio::net::TcpListener::bind(addr).await?;
-        tracing::info!(%addr, "metrics");
-        tokio::spawn(async move { axum::serve(l, aux::metrics_only(metrics)).await });
+        tracing::info!(metrics_listen = %l.local_addr()?, "metrics");
+        let app = aux::metrics_only(metrics, state.drain.clone());
+        tokio::spawn(async move { axum::serve(l, app).await });
     }
-    use axum::serve::ListenerExt;
-    // Streams are many small writes: Nagle's algorithm would hold tokens back.
-    let listener = listener.tap_io(|tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown)
-        .await
+    server::run(listener, state, shutdown).await
 }

@@ -1,0 +1,505 @@
+//! One client connection: hyper's HTTP/1 + HTTP/2 connection under lingo's own clocks for
+//! headers and idleness, closed early when the server is near its cap or draining.
+//!
+//! hyper's `header_read_timeout` is not used: it restarts when a keep-alive connection goes
+//! idle, so it would close idle connections at `client_header`, not `client_idle`, and it
+//! does nothing for HTTP/2. Instead the socket reports reads (`Watched`), the service reports
+//! requests (`Busy`), and the task below keeps the deadline of the current phase.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::Router;
+use bytes::Bytes;
+use http::{Request, Response, Version};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto::Builder;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio::sync::{Notify, OwnedSemaphorePermit};
+use tokio::time::Instant;
+use tower::ServiceExt;
+
+use super::limit::Gate;
+use crate::proxy::drain::Drain;
+
+/// How long a connection asked to close (idle, reclaimed, draining) may take to say goodbye
+/// (an HTTP/2 GOAWAY) before it is dropped.
+const LINGER: Duration = Duration::from_secs(1);
+
+/// How long a connection must have been idle before it is reclaimed: a new client's
+/// request arrives just behind its handshake, and a keep-alive client's next request just
+/// after the last answer; closing either in that moment would fail a request.
+const RECLAIM_AFTER: Duration = Duration::from_millis(250);
+
+/// What every connection task shares.
+pub(super) struct Shared {
+    pub builder: Builder<TokioExecutor>,
+    pub router: Router,
+    pub gate: Gate,
+    pub drain: Drain,
+    pub header: Duration,
+    pub idle: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// No request in progress and none of its bytes read.
+    Idle,
+    /// Some bytes of a request read, its head not yet complete.
+    Header,
+    /// At least one request being served (HTTP/2: one per open stream).
+    Busy,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Snapshot {
+    phase: Phase,
+    /// When the phase's clock started: accept for a new connection (its first request's
+    /// headers are due `client_header` after it), else the last response's end, or the
+    /// first byte of the next request.
+    since: Instant,
+    /// A read found the socket empty since the connection went idle: it is really idle,
+    /// not holding a request the kernel already has.
+    drained: bool,
+    /// A request was served on this connection (the idle clock, not the header one, runs).
+    served: bool,
+    h2: bool,
+    /// Requests in progress (more than one only on HTTP/2).
+    active: usize,
+}
+
+struct Activity {
+    now: Mutex<Snapshot>,
+    changed: Notify,
+}
+
+impl Activity {
+    fn new() -> Activity {
+        Activity {
+            now: Mutex::new(Snapshot {
+                phase: Phase::Idle,
+                since: Instant::now(),
+                drained: false,
+                served: false,
+                h2: false,
+                active: 0,
+            }),
+            changed: Notify::new(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Snapshot> {
+        self.now.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn snapshot(&self) -> Snapshot {
+        *self.lock()
+    }
+
+    /// A read returned bytes (`true`) or found nothing (`false`).
+    fn on_read(&self, bytes: bool) {
+        let mut s = self.lock();
+        if s.phase != Phase::Idle {
+            return;
+        }
+        if bytes {
+            // HTTP/2 exchanges frames between requests (PING, SETTINGS, WINDOW_UPDATE):
+            // those are not the start of a request. A stream's headers arrive whole or not
+            // at all before the service is called, so the idle clock covers them.
+            if s.h2 {
+                return;
+            }
+            s.phase = Phase::Header;
+            if s.served {
+                s.since = Instant::now();
+            }
+        } else if !s.drained {
+            s.drained = true;
+        } else {
+            return;
+        }
+        drop(s);
+        self.changed.notify_one();
+    }
+
+    fn begin(self: &Arc<Self>, version: Version) -> Busy {
+        let mut s = self.lock();
+        s.active += 1;
+        s.phase = Phase::Busy;
+        s.served = true;
+        s.h2 |= version == Version::HTTP_2;
+        drop(s);
+        self.changed.notify_one();
+        Busy(self.clone())
+    }
+
+    fn end(&self) {
+        let mut s = self.lock();
+        s.active = s.active.saturating_sub(1);
+        if s.active > 0 {
+            return;
+        }
+        s.phase = Phase::Idle;
+        s.since = Instant::now();
+        s.drained = false;
+        drop(s);
+        self.changed.notify_one();
+    }
+}
+
+/// A request in progress; dropped when its response body ends or is dropped.
+struct Busy(Arc<Activity>);
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.end();
+    }
+}
+
+/// The socket, reporting reads to the connection's clocks.
+struct Watched {
+    io: TcpStream,
+    activity: Arc<Activity>,
+}
+
+impl AsyncRead for Watched {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let r = Pin::new(&mut self.io).poll_read(cx, buf);
+        match &r {
+            Poll::Ready(Ok(())) if buf.filled().len() > before => self.activity.on_read(true),
+            Poll::Pending => self.activity.on_read(false),
+            _ => {}
+        }
+        r
+    }
+}
+
+impl AsyncWrite for Watched {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+/// The router as a hyper service that marks the connection busy until each response ends.
+#[derive(Clone)]
+struct Svc {
+    router: Router,
+    activity: Arc<Activity>,
+}
+
+type SvcFuture = Pin<Box<dyn Future<Output = Result<Response<Tracked>, Infallible>> + Send>>;
+
+impl hyper::service::Service<Request<Incoming>> for Svc {
+    type Response = Response<Tracked>;
+    type Error = Infallible;
+    type Future = SvcFuture;
+
+    fn call(&self, req: Request<Incoming>) -> SvcFuture {
+        let busy = self.activity.begin(req.version());
+        let call = self.router.clone().oneshot(req.map(Body::new));
+        Box::pin(async move {
+            let resp = call.await?;
+            Ok(resp.map(|body| Tracked {
+                body,
+                busy: Some(busy),
+            }))
+        })
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A response body that ends its request's `Busy` when it ends.
+    struct Tracked {
+        #[pin]
+        body: Body,
+        busy: Option<Busy>,
+    }
+}
+
+impl http_body::Body for Tracked {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
+        let this = self.project();
+        let r = this.body.poll_frame(cx);
+        if matches!(r, Poll::Ready(None) | Poll::Ready(Some(Err(_)))) {
+            this.busy.take();
+        }
+        r
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// What the connection's state calls for now.
+#[derive(Debug, PartialEq, Eq)]
+enum Verdict {
+    /// Keep serving; look again at this instant (if any).
+    Keep(Option<Instant>),
+    /// Ask it to close politely (it has no request in progress).
+    Close(&'static str),
+    /// Drop it now: a request head that will never be answered.
+    Cut(&'static str),
+}
+
+struct Clocks {
+    header: Duration,
+    idle: Duration,
+}
+
+fn verdict(s: &Snapshot, now: Instant, c: &Clocks, draining: bool, pressure: bool) -> Verdict {
+    match s.phase {
+        Phase::Busy => Verdict::Keep(None),
+        Phase::Header => {
+            let due = s.since + c.header;
+            if draining {
+                Verdict::Cut("draining")
+            } else if now >= due {
+                Verdict::Cut("client_header")
+            } else {
+                Verdict::Keep(Some(due))
+            }
+        }
+        Phase::Idle => {
+            let (limit, timer) = if s.served {
+                (c.idle, "client_idle")
+            } else {
+                (c.header, "client_header")
+            };
+            let due = s.since + limit;
+            if draining {
+                Verdict::Close("draining")
+            } else if now >= due {
+                Verdict::Close(timer)
+            } else if pressure && s.drained {
+                let ripe = s.since + RECLAIM_AFTER;
+                if now >= ripe {
+                    Verdict::Close("reclaimed")
+                } else {
+                    Verdict::Keep(Some(ripe.min(due)))
+                }
+            } else {
+                Verdict::Keep(Some(due))
+            }
+        }
+    }
+}
+
+/// Serve one accepted connection until it ends or lingo ends it; `permit` is its place
+/// under `limits.max_connections`.
+pub(super) async fn serve(tcp: TcpStream, shared: Arc<Shared>, permit: OwnedSemaphorePermit) {
+    let activity = Arc::new(Activity::new());
+    let io = TokioIo::new(Watched {
+        io: tcp,
+        activity: activity.clone(),
+    });
+    let svc = Svc {
+        router: shared.router.clone(),
+        activity: activity.clone(),
+    };
+    let conn = shared.builder.serve_connection(io, svc);
+    tokio::pin!(conn);
+    let clocks = Clocks {
+        header: shared.header,
+        idle: shared.idle,
+    };
+    let mut reclaims = shared.gate.reclaims();
+    let mut reclaim_asked = false;
+    // When lingo asked the connection to close; it is dropped `LINGER` later unless busy.
+    let mut asked: Option<Instant> = None;
+    let mut draining = shared.drain.is_draining();
+    loop {
+        let s = activity.snapshot();
+        let now = Instant::now();
+        // An ask to make room holds for the rest of this idle period.
+        reclaim_asked &= s.phase == Phase::Idle;
+        let pressure = reclaim_asked || shared.gate.near_cap();
+        let mut wake = match verdict(&s, now, &clocks, draining, pressure) {
+            Verdict::Cut(why) => {
+                tracing::debug!(why, "connection cut");
+                break;
+            }
+            Verdict::Close(why) => {
+                if asked.is_none() {
+                    tracing::debug!(why, "connection closing");
+                    conn.as_mut().graceful_shutdown();
+                    asked = Some(now);
+                }
+                None
+            }
+            Verdict::Keep(at) => at,
+        };
+        // A busy connection asked to close ends by itself once its requests are done.
+        if let Some(t) = asked.filter(|_| s.phase != Phase::Busy) {
+            if now >= t + LINGER {
+                break;
+            }
+            wake = Some(wake.map_or(t + LINGER, |w| w.min(t + LINGER)));
+        }
+        tokio::select! {
+            r = conn.as_mut() => {
+                if let Err(e) = r {
+                    tracing::debug!(error = %e, "connection ended");
+                }
+                break;
+            }
+            _ = sleep_until(wake) => {}
+            _ = activity.changed.notified() => {}
+            _ = changed(&mut reclaims) => reclaim_asked = true,
+            _ = shared.drain.draining(), if !draining => {
+                draining = true;
+                // Busy connections finish what they serve and take no more requests.
+                if asked.is_none() {
+                    conn.as_mut().graceful_shutdown();
+                    asked = Some(Instant::now());
+                }
+            }
+        }
+    }
+    drop(permit);
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(t) => tokio::time::sleep_until(t).await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn changed(rx: &mut tokio::sync::watch::Receiver<u64>) {
+    // The sender lives in `Shared`, as long as this task: an error cannot happen.
+    if rx.changed().await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const C: Clocks = Clocks {
+        header: Duration::from_secs(30),
+        idle: Duration::from_secs(60),
+    };
+
+    fn snap(since: Instant, phase: Phase, served: bool, drained: bool) -> Snapshot {
+        Snapshot {
+            phase,
+            since,
+            drained,
+            served,
+            h2: false,
+            active: 0,
+        }
+    }
+
+    #[tokio::test]
+    async fn each_phase_has_its_own_clock_and_close() {
+        let t = Instant::now();
+        let fresh = snap(t, Phase::Idle, false, false);
+        assert_eq!(
+            verdict(&fresh, t, &C, false, false),
+            Verdict::Keep(Some(t + C.header))
+        );
+        let later = t + C.header;
+        assert_eq!(
+            verdict(&fresh, later, &C, false, false),
+            Verdict::Close("client_header")
+        );
+        let kept = snap(t, Phase::Idle, true, false);
+        assert_eq!(
+            verdict(&kept, later, &C, false, false),
+            Verdict::Keep(Some(t + C.idle))
+        );
+        assert_eq!(
+            verdict(&kept, t + C.idle, &C, false, false),
+            Verdict::Close("client_idle")
+        );
+        let half = snap(t, Phase::Header, true, false);
+        assert_eq!(
+            verdict(&half, later, &C, false, false),
+            Verdict::Cut("client_header")
+        );
+        assert_eq!(verdict(&half, t, &C, true, false), Verdict::Cut("draining"));
+        assert_eq!(
+            verdict(&kept, t, &C, true, false),
+            Verdict::Close("draining")
+        );
+        let busy = snap(t, Phase::Busy, true, false);
+        assert_eq!(
+            verdict(&busy, t + C.idle * 10, &C, true, true),
+            Verdict::Keep(None)
+        );
+    }
+
+    #[tokio::test]
+    async fn pressure_closes_only_connections_that_are_really_idle() {
+        let t = Instant::now();
+        let waiting = snap(t, Phase::Idle, true, false);
+        assert!(matches!(
+            verdict(&waiting, t, &C, false, true),
+            Verdict::Keep(_)
+        ));
+        let drained = snap(t, Phase::Idle, true, true);
+        let ripe = t + RECLAIM_AFTER;
+        assert_eq!(
+            verdict(&drained, t, &C, false, true),
+            Verdict::Keep(Some(ripe))
+        );
+        assert_eq!(
+            verdict(&drained, ripe, &C, false, true),
+            Verdict::Close("reclaimed")
+        );
+        let half = snap(t, Phase::Header, false, true);
+        assert!(matches!(
+            verdict(&half, t, &C, false, true),
+            Verdict::Keep(_)
+        ));
+    }
+}

@@ -93,7 +93,11 @@ fn ctx(b: u8) -> Ctx {
         details: b & 0x80 != 0,
         echo: Vec::new(),
         seed: None,
-        prompt_lens: if b & 0x08 != 0 { vec![3, 5] } else { Vec::new() },
+        prompt_lens: if b & 0x08 != 0 {
+            vec![3, 5]
+        } else {
+            Vec::new()
+        },
     }
 }
 

@@ -99,6 +99,9 @@ impl Client {
         connector.enforce_http(false);
         let inner = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
             .pool_idle_timeout(t.pool_idle)
+            // Without a timer, expired idle connections are only noticed at the next checkout:
+            // an upstream that stays open would keep them (and their fds) forever.
+            .pool_timer(hyper_util::rt::TokioTimer::new())
             .pool_max_idle_per_host(1024)
             .build(tls(connector));
         let base = base.trim_end_matches('/').to_string();

@@ -85,6 +85,9 @@ pub enum ProxyError {
     UpstreamStatus { status: u16, message: String },
     #[error("upstream unreachable: {0}")]
     UpstreamUnreachable(String),
+    /// The upstream's connection broke while its answer was being read.
+    #[error("the upstream broke off its answer before the end")]
+    UpstreamClosed,
     /// A timer of one phase fired (`timeouts.*`).
     #[error("{}", .0.message())]
     Timeout(Timer),
@@ -141,9 +144,9 @@ impl ProxyError {
             ProxyError::UpstreamStatus { status, .. } => {
                 StatusCode::from_u16(*status).unwrap_or(StatusCode::BAD_GATEWAY)
             }
-            ProxyError::UpstreamUnreachable(_) | ProxyError::UpstreamProtocol(_) => {
-                StatusCode::BAD_GATEWAY
-            }
+            ProxyError::UpstreamUnreachable(_)
+            | ProxyError::UpstreamClosed
+            | ProxyError::UpstreamProtocol(_) => StatusCode::BAD_GATEWAY,
             ProxyError::Timeout(Timer::ClientBody) => StatusCode::REQUEST_TIMEOUT,
             ProxyError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
             ProxyError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
@@ -182,6 +185,7 @@ impl ProxyError {
             ProxyError::TooLarge { .. } => "request_too_large",
             ProxyError::UpstreamStatus { .. } => "upstream_status",
             ProxyError::UpstreamUnreachable(_) => "upstream_unreachable",
+            ProxyError::UpstreamClosed => "upstream_closed",
             ProxyError::Timeout(t) => t.kind(),
             ProxyError::Unauthorized(_) => "unauthorized",
             ProxyError::RateLimited { .. } => "rate_limited",

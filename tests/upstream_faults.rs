@@ -338,7 +338,7 @@ async fn a_stream_closed_mid_way_gets_the_error_and_done_in_passthrough() {
     let events = sse_events(&r.text().await.unwrap());
     assert_eq!(events[0]["choices"][0]["text"], "a", "{events:?}");
     ends_with_error(&events, "");
-    counted_once(&base, "upstream_error", Some("upstream_unreachable")).await;
+    counted_once(&base, "upstream_error", Some("upstream_closed")).await;
 }
 
 #[tokio::test]
@@ -642,7 +642,7 @@ async fn every_mock_fault_through_every_way() {
             ),
             (
                 "close-mid-stream",
-                InBand("", "upstream_error", "upstream_unreachable"),
+                InBand("", "upstream_error", "upstream_closed"),
             ),
             ("malformed-chunk", malformed),
             (

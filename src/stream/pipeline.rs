@@ -138,9 +138,11 @@ impl State {
                     self.chunk(data, false);
                 }
             }
-            Some(Err(e)) => self.fail(ProxyError::UpstreamUnreachable(format!(
-                "stream broke: {e}"
-            ))),
+            Some(Err(e)) => {
+                // hyper's text says nothing a client can use; the log keeps it.
+                tracing::warn!(error = %e, "upstream stream broke off");
+                self.fail(ProxyError::UpstreamClosed)
+            }
             None => self.chunk(Bytes::new(), true),
         }
     }

@@ -49,7 +49,8 @@ impl UpstreamResponse {
                 Err(_) => return Err(ProxyError::Timeout(Timer::StreamIdle)),
                 Ok(None) => return Ok(out.freeze()),
                 Ok(Some(f)) => f.map_err(|e| {
-                    ProxyError::UpstreamUnreachable(format!("reading the body: {e}"))
+                    tracing::warn!(error = %e, "upstream body broke off");
+                    ProxyError::UpstreamClosed
                 })?,
             };
             let Ok(data) = frame.into_data() else {

@@ -2,7 +2,8 @@
 # lingo in front of a real llama-server (llama.cpp, Gemma 3 270M): every client dialect once,
 # streaming and not, with token counts checked against llama.cpp's own (`/metrics`
 # llamacpp:tokens_predicted_total), the real server's quirks lingo relies on, then the
-# official Python SDKs (openai, anthropic, ollama, text-generation) through lingo.
+# official Python SDKs (openai, anthropic, ollama, text-generation) through lingo, then fault
+# handling: a timer that fires, a client that leaves mid-stream, client keys.
 # Skips (exit 0) when /opt/llama-server/llama-server is not installed
 # (shared/tools/llama-server/install.sh installs it). Talks to 127.0.0.1 only; bounded.
 #   LLAMA_HOME (/opt/llama-server)  LINGO (target/debug/lingo, built if missing)
@@ -203,4 +204,104 @@ sdk tgi_sdk_client.py --refuses-stop
 # The headline: an SGLang benchmark script, unchanged (its batch check needs per-prompt
 # counts, which llama.cpp does not give for a batch).
 sdk sglang_style_client.py --no-batch --output-len 16
+
+# Fault handling against the real server: a first-token timer that fires, a client that
+# walks away mid-stream, client keys. Each must stop llama.cpp generating (its
+# llamacpp:requests_processing returns to 0 long before the 900 tokens asked for (about 10 s) are done)
+# and be counted exactly once by lingo.
+TPORT=$(free_port)
+printf 'ops:sk-check-key\n' >"$LOGS/keys"
+"$LINGO" serve --listen "127.0.0.1:$TPORT" --upstream "$UP" --upstream-kind llamacpp \
+  --timeout-first-token 1ms --auth-keys-file "$LOGS/keys" >"$LOGS/lingo-faults.log" 2>&1 & pids+=($!)
+TX=http://127.0.0.1:$TPORT
+for _ in $(seq 100); do curl -sf "$TX/health" >/dev/null 2>&1 && break; sleep 0.1; done
+python3 - "$UP" "$PX" "$TX" <<'PY' || rc=1
+import http.client, json, sys, time, urllib.error, urllib.parse, urllib.request
+
+UP, PX, TX = sys.argv[1:4]
+failures = []
+
+def check(name, ok, detail=""):
+    print(("ok   " if ok else "FAIL ") + name + ("" if ok else f": {detail}"))
+    if not ok:
+        failures.append(name)
+
+def metric(base, name, **labels):
+    text = urllib.request.urlopen(base + "/metrics", timeout=30).read().decode()
+    total = 0.0
+    for line in text.splitlines():
+        if not line.startswith(name + "{") and not line.startswith(name + " "):
+            continue
+        if all(f'{k}="{v}"' in line for k, v in labels.items()):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+def idle_within(seconds):
+    end = time.time() + seconds
+    while time.time() < end:
+        if metric(UP, "llamacpp:requests_processing") == 0:
+            return True
+        time.sleep(0.1)
+    return False
+
+def post(base, path, body, headers=None):
+    req = urllib.request.Request(base + path, data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(req, timeout=120) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+LONG = {"model": "gemma3-270m", "prompt": "Once upon a time", "max_tokens": 900,
+        "ignore_eos": True, "stream": True}
+KEY = {"Authorization": "Bearer sk-check-key"}
+
+# Client keys, in front of the real server.
+status, body = post(TX, "/v1/completions", {**LONG, "stream": False, "max_tokens": 4})
+check("no key: 401 in OpenAI's shape", status == 401 and "error" in json.loads(body), body)
+status, body = post(TX, "/v1/messages", {"model": "gemma3-270m", "max_tokens": 4,
+                     "messages": [{"role": "user", "content": "hi"}]}, {"x-api-key": "wrong"})
+check("wrong key: 401 in Anthropic's shape",
+      status == 401 and json.loads(body)["error"]["type"] == "authentication_error", body)
+
+# A first token later than timeouts.first_token (1 ms): a 504 before anything was sent, or
+# the in-band error after; either way llama.cpp stops and lingo counts one timeout.
+before = metric(TX, "lingo_requests_total")
+status, body = post(TX, "/v1/completions", LONG, KEY)
+timed_out = status == 504 or '"error"' in body
+check("first_token timer fires against llama.cpp", timed_out, f"{status} {body[:300]}")
+check("llama.cpp stopped generating after the timeout", idle_within(3))
+check("the timeout is counted once",
+      metric(TX, "lingo_requests_total") - before == 1
+      and metric(TX, "lingo_requests_total", outcome="timeout", error_kind="timeout_first_token") >= 1)
+
+# A client that leaves after three events: lingo closes the upstream connection.
+predicted = metric(UP, "llamacpp:tokens_predicted_total")
+before = metric(PX, "lingo_requests_total", outcome="cancelled")
+url = urllib.parse.urlparse(PX)
+conn = http.client.HTTPConnection(url.hostname, url.port, timeout=60)
+conn.request("POST", "/v1/completions", json.dumps(LONG), {"Content-Type": "application/json"})
+resp = conn.getresponse()
+events = 0
+while events < 3:
+    line = resp.fp.readline()
+    if not line:
+        break
+    events += line.startswith(b"data: ")
+conn.sock.close()
+conn.close()
+check("abandoned mid-stream: llama.cpp stopped generating", idle_within(3))
+end = time.time() + 10
+while time.time() < end and metric(PX, "lingo_requests_total", outcome="cancelled") == before:
+    time.sleep(0.1)
+check("the abandoned stream is counted once, cancelled",
+      metric(PX, "lingo_requests_total", outcome="cancelled") - before == 1)
+check("the abandoned stream left in-flight at 0", metric(PX, "lingo_requests_in_flight") == 0)
+spent = metric(UP, "llamacpp:tokens_predicted_total") - predicted
+check("llama.cpp generated far fewer than the 900 tokens asked", spent < 450, f"{spent}")
+
+print(f"{len(failures)} fault checks failed" if failures else "fault checks passed")
+sys.exit(1 if failures else 0)
+PY
 exit $rc

@@ -274,7 +274,8 @@ check("first_token timer fires against llama.cpp", timed_out, f"{status} {body[:
 check("llama.cpp stopped generating after the timeout", idle_within(3))
 check("the timeout is counted once",
       metric(TX, "lingo_requests_total") - before == 1
-      and metric(TX, "lingo_requests_total", outcome="timeout", error_kind="timeout_first_token") >= 1)
+      and metric(TX, "lingo_requests_total", outcome="timeout") == 1
+      and metric(TX, "lingo_errors_total", kind="timeout_first_token") == 1)
 
 # A client that leaves after three events: lingo closes the upstream connection.
 predicted = metric(UP, "llamacpp:tokens_predicted_total")

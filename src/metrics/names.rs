@@ -107,3 +107,13 @@ mod tests {
         assert_eq!(super::ITL_BUCKET, format!("{}_bucket", super::ITL.0));
     }
 }
+
+/// Per endpoint of a pool (endpoint labels capped at `fleet::MAX_ENDPOINT_LABELS` per pool).
+pub const ENDPOINT_REQUESTS: (&str, &str) = (
+    "lingo_endpoint_requests_total",
+    "Requests an endpoint served, by pool, endpoint and outcome.",
+);
+pub const ENDPOINT_IN_FLIGHT: (&str, &str) = (
+    "lingo_endpoint_in_flight",
+    "Requests in flight on an endpoint, held until each response body ends or is dropped.",
+);

@@ -99,15 +99,6 @@ pub const OVERHEAD_BUCKETS: &[f64] = &[
 pub const TTFT_BUCKET: &str = "lingo_time_to_first_token_seconds_bucket";
 pub const ITL_BUCKET: &str = "lingo_inter_token_latency_seconds_bucket";
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn bucket_series_names_follow_their_histograms() {
-        assert_eq!(super::TTFT_BUCKET, format!("{}_bucket", super::TTFT.0));
-        assert_eq!(super::ITL_BUCKET, format!("{}_bucket", super::ITL.0));
-    }
-}
-
 /// Per endpoint of a pool (endpoint labels capped at `fleet::MAX_ENDPOINT_LABELS` per pool).
 pub const ENDPOINT_REQUESTS: (&str, &str) = (
     "lingo_endpoint_requests_total",
@@ -117,3 +108,12 @@ pub const ENDPOINT_IN_FLIGHT: (&str, &str) = (
     "lingo_endpoint_in_flight",
     "Requests in flight on an endpoint, held until each response body ends or is dropped.",
 );
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn bucket_series_names_follow_their_histograms() {
+        assert_eq!(super::TTFT_BUCKET, format!("{}_bucket", super::TTFT.0));
+        assert_eq!(super::ITL_BUCKET, format!("{}_bucket", super::ITL.0));
+    }
+}

@@ -103,6 +103,9 @@ pub enum ProxyError {
     /// `limits.max_in_flight` requests are already in flight.
     #[error("lingo is at its limit of requests in flight; retry shortly")]
     Overloaded { status: u16, retry_after: u64 },
+    /// Every endpoint of the request's pool is ejected or not yet known to work.
+    #[error("no healthy endpoint in pool `{pool}`; retry in {retry_after} s")]
+    NoHealthyEndpoint { pool: String, retry_after: u64 },
     /// lingo is draining for shutdown and this request ran out of grace.
     #[error("lingo is shutting down")]
     ShuttingDown,
@@ -154,7 +157,9 @@ impl ProxyError {
             ProxyError::Overloaded { status, .. } => {
                 StatusCode::from_u16(*status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE)
             }
-            ProxyError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+            ProxyError::ShuttingDown | ProxyError::NoHealthyEndpoint { .. } => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             ProxyError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -191,6 +196,7 @@ impl ProxyError {
             ProxyError::RateLimited { .. } => "rate_limited",
             ProxyError::Overloaded { .. } => "overloaded",
             ProxyError::ShuttingDown => "shutting_down",
+            ProxyError::NoHealthyEndpoint { .. } => "no_healthy_endpoint",
             ProxyError::UpstreamProtocol(_) => "upstream_protocol",
             ProxyError::Internal(_) => "internal",
         }
@@ -200,7 +206,8 @@ impl ProxyError {
     pub fn retry_after(&self) -> Option<u64> {
         match self {
             ProxyError::RateLimited { retry_after, .. }
-            | ProxyError::Overloaded { retry_after, .. } => Some(*retry_after),
+            | ProxyError::Overloaded { retry_after, .. }
+            | ProxyError::NoHealthyEndpoint { retry_after, .. } => Some(*retry_after),
             _ => None,
         }
     }

@@ -19,7 +19,7 @@ use crate::metrics::{Metrics, Refusal};
 use crate::proxy::admission::refusal;
 
 /// Routes served without a key: health probes and the Prometheus scrape.
-const OPEN: &[&str] = &["/health", "/ready", "/metrics"];
+const OPEN: &[&str] = &["/health", "/ready", "/live", "/metrics"];
 
 #[derive(Clone)]
 pub struct Gate {

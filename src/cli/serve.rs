@@ -7,7 +7,9 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 
-use lingo::config::{AuthConfig, Config, Limits, MetricsCompat, OverloadStatus, Timeouts};
+use lingo::config::{
+    AuthConfig, Config, EndpointConfig, Limits, MetricsCompat, OverloadStatus, PoolConfig, Timeouts,
+};
 use lingo::upstream::KindSetting;
 
 #[derive(Debug, Args)]
@@ -18,9 +20,11 @@ pub struct ServeArgs {
     /// Address to listen on [default: 127.0.0.1:30000].
     #[arg(long, env = "LINGO_LISTEN")]
     pub listen: Option<SocketAddr>,
-    /// Base URL of the inference server [default: http://127.0.0.1:8000].
-    #[arg(long, env = "LINGO_UPSTREAM")]
-    pub upstream: Option<String>,
+    /// Base URL of the inference server [default: http://127.0.0.1:8000]. Repeat it (or
+    /// separate URLs by commas) for one pool of several endpoints, models discovered; given,
+    /// it replaces the config file's `[pools]`.
+    #[arg(long, env = "LINGO_UPSTREAM", value_delimiter = ',')]
+    pub upstream: Vec<String>,
     /// Upstream kind: auto (probe at start), vllm, sglang, tgi, llamacpp, ollama or openai
     /// [default: auto].
     #[arg(long, env = "LINGO_UPSTREAM_KIND")]
@@ -222,9 +226,6 @@ impl ServeArgs {
         if let Some(v) = self.listen {
             c.listen = v;
         }
-        if let Some(v) = &self.upstream {
-            c.upstream.url = v.clone();
-        }
         if let Some(v) = self.upstream_kind {
             c.upstream.kind = v;
         }
@@ -237,6 +238,7 @@ impl ServeArgs {
         if let Some(v) = &self.model {
             c.upstream.model = Some(v.clone());
         }
+        self.apply_upstreams(&mut c);
         if let Some(v) = self.metrics_listen {
             c.metrics.listen = Some(v);
         }
@@ -260,6 +262,37 @@ impl ServeArgs {
     }
 }
 
+impl ServeArgs {
+    /// One `--upstream` is `upstream.url`; several are one pool named `upstream.name`, each
+    /// an endpoint of `upstream.kind` with `upstream.api_key_env`.
+    fn apply_upstreams(&self, c: &mut Config) {
+        let urls: Vec<&String> = self.upstream.iter().filter(|u| !u.is_empty()).collect();
+        match urls.as_slice() {
+            [] => {}
+            [one] => {
+                c.upstream.url = one.to_string();
+                c.pools.clear();
+            }
+            many => {
+                let endpoints = many
+                    .iter()
+                    .map(|u| {
+                        let mut ep = EndpointConfig::new(u, c.upstream.kind);
+                        ep.api_key_env = c.upstream.api_key_env.clone();
+                        ep
+                    })
+                    .collect();
+                let pool = PoolConfig {
+                    endpoints,
+                    ..PoolConfig::default()
+                };
+                c.pools = [(c.upstream.name.clone(), pool)].into();
+                c.default_pool = None;
+            }
+        }
+    }
+}
+
 /// What must hold before lingo listens: the client keys load, and an upstream key is not
 /// offered to anyone who can reach the port.
 fn startup_checks(config: &Config) -> anyhow::Result<()> {
@@ -276,8 +309,14 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("binding {}", config.listen))?;
     let listen = listener.local_addr()?;
-    let upstream = lingo::upstream::redact_url(&config.upstream.url);
-    tracing::info!(%listen, %upstream, "lingo serve");
+    for (pool, p) in config.pool_configs() {
+        let urls: Vec<String> = p
+            .endpoints
+            .iter()
+            .map(|e| lingo::upstream::redact_url(&e.url))
+            .collect();
+        tracing::info!(%listen, %pool, ?urls, "lingo serve");
+    }
     let (drain, stop) = super::drain_signals();
     tokio::select! {
         r = lingo::proxy::serve(listener, config, drain) => r?,

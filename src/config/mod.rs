@@ -11,6 +11,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::upstream::KindSetting;
 
+mod fleet;
+
+pub use fleet::{check_url, EndpointConfig, Policy, PoolConfig};
+
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("cannot read {path}: {source}")]
@@ -21,12 +25,16 @@ pub enum ConfigError {
     #[error("{path}: {message}")]
     Parse { path: String, message: String },
     #[error("invalid config: {key}: {message}")]
-    Invalid { key: &'static str, message: String },
+    Invalid { key: String, message: String },
 }
 
 fn invalid(key: &'static str, message: impl Into<String>) -> ConfigError {
+    invalid_at(key, message)
+}
+
+fn invalid_at(key: &str, message: impl Into<String>) -> ConfigError {
     ConfigError::Invalid {
-        key,
+        key: key.to_string(),
         message: message.into(),
     }
 }
@@ -45,6 +53,11 @@ pub struct Config {
     pub limits: Limits,
     pub auth: AuthConfig,
     pub metrics: MetricsConfig,
+    /// The fleet: pools of endpoints by name (see `fleet.rs`). Default: none, meaning one
+    /// implicit pool named `upstream.name` of the one `upstream.url`.
+    pub pools: BTreeMap<String, PoolConfig>,
+    /// The pool for requests that name no model. Default: the first pool by name.
+    pub default_pool: Option<String>,
 }
 
 /// Extra metric names to export beside lingo's own.
@@ -104,6 +117,8 @@ impl Default for Config {
             limits: Limits::default(),
             auth: AuthConfig::default(),
             metrics: MetricsConfig::default(),
+            pools: BTreeMap::new(),
+            default_pool: None,
         }
     }
 }
@@ -130,19 +145,8 @@ pub struct UpstreamConfig {
 impl UpstreamConfig {
     /// The API key to send upstream, read from the environment.
     pub fn api_key(&self) -> Result<Option<String>, ConfigError> {
-        let (var, required) = match (&self.api_key_env, self.kind) {
-            (Some(v), _) => (v.as_str(), true),
-            (None, KindSetting::Openai) => ("OPENAI_API_KEY", false),
-            (None, _) => return Ok(None),
-        };
-        match std::env::var(var) {
-            Ok(key) if !key.is_empty() => Ok(Some(key)),
-            _ if required => Err(invalid(
-                "upstream.api_key_env",
-                format!("the environment variable {var} is not set"),
-            )),
-            _ => Ok(None),
-        }
+        fleet::api_key(self.api_key_env.as_deref(), self.kind)
+            .map_err(|m| invalid("upstream.api_key_env", m))
     }
 }
 
@@ -323,24 +327,11 @@ impl Config {
     }
 
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let url: http::Uri = self
-            .upstream
-            .url
-            .parse()
-            .map_err(|e| invalid("upstream.url", format!("not a URL: {e}")))?;
-        if !matches!(url.scheme_str(), Some("http" | "https")) {
-            return Err(invalid(
-                "upstream.url",
-                "must start with http:// or https://",
-            ));
+        // With `[pools]`, `upstream.url` (most likely its default) makes no pool.
+        if self.pools.is_empty() {
+            self.validate_upstream()?;
         }
-        if url.host().is_none() {
-            return Err(invalid("upstream.url", "has no host"));
-        }
-        if self.upstream.api_key_env.as_deref() == Some("") {
-            return Err(invalid("upstream.api_key_env", "must name a variable"));
-        }
-        self.upstream.api_key()?;
+        self.validate_pools()?;
         if self.upstream.name.is_empty() {
             return Err(invalid("upstream.name", "must not be empty"));
         }
@@ -374,6 +365,28 @@ impl Config {
         }
         self.validate_limits()?;
         self.validate_auth()
+    }
+
+    fn validate_upstream(&self) -> Result<(), ConfigError> {
+        let url: http::Uri = self
+            .upstream
+            .url
+            .parse()
+            .map_err(|e| invalid("upstream.url", format!("not a URL: {e}")))?;
+        if !matches!(url.scheme_str(), Some("http" | "https")) {
+            return Err(invalid(
+                "upstream.url",
+                "must start with http:// or https://",
+            ));
+        }
+        if url.host().is_none() {
+            return Err(invalid("upstream.url", "has no host"));
+        }
+        if self.upstream.api_key_env.as_deref() == Some("") {
+            return Err(invalid("upstream.api_key_env", "must name a variable"));
+        }
+        self.upstream.api_key()?;
+        Ok(())
     }
 
     fn validate_limits(&self) -> Result<(), ConfigError> {

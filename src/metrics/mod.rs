@@ -14,7 +14,7 @@ mod vllm;
 
 pub use body::{Emit, MeteredBody, Summary};
 pub use log::{LogLine, LogTarget, RequestLog};
-pub use open::OpenRecord;
+pub use open::{OnEnd, OpenRecord};
 pub use record::{Labels, Outcome, RequestRecord};
 
 use prometheus::{
@@ -60,6 +60,8 @@ pub struct Metrics {
     in_flight: IntGaugeVec,
     refused: IntCounterVec,
     decode_errors: IntCounterVec,
+    endpoint_requests: IntCounterVec,
+    endpoint_in_flight: IntGaugeVec,
     vllm: Option<vllm::VllmCompat>,
     log: Option<RequestLog>,
     /// Record nothing (`--no-metrics`, to measure what metrics cost).
@@ -70,6 +72,12 @@ fn counter(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterV
     let c = IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric");
     r.register(Box::new(c.clone())).expect("unique metric");
     c
+}
+
+fn gauge(r: &Registry, (name, help): (&str, &str), labels: &[&str]) -> IntGaugeVec {
+    let g = IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric");
+    r.register(Box::new(g.clone())).expect("unique metric");
+    g
 }
 
 fn histogram(
@@ -94,10 +102,8 @@ impl Default for Metrics {
 impl Metrics {
     pub fn new() -> Metrics {
         let r = Registry::new();
-        let in_flight = IntGaugeVec::new(Opts::new(IN_FLIGHT.0, IN_FLIGHT.1), &["upstream"])
-            .expect("valid metric");
-        r.register(Box::new(in_flight.clone()))
-            .expect("unique metric");
+        let in_flight = gauge(&r, IN_FLIGHT, &["upstream"]);
+        let endpoint_in_flight = gauge(&r, ENDPOINT_IN_FLIGHT, &["pool", "endpoint"]);
         Metrics {
             requests: counter(&r, REQUESTS.0, REQUESTS.1, REQUEST_LABELS),
             prompt_tokens: counter(&r, PROMPT_TOKENS.0, PROMPT_TOKENS.1, MODEL_LABELS),
@@ -132,6 +138,13 @@ impl Metrics {
                 DECODE_ERRORS.1,
                 &["dialect", "upstream"],
             ),
+            endpoint_requests: counter(
+                &r,
+                ENDPOINT_REQUESTS.0,
+                ENDPOINT_REQUESTS.1,
+                &["pool", "endpoint", "outcome"],
+            ),
+            endpoint_in_flight,
             vllm: None,
             log: None,
             off: false,
@@ -165,6 +178,29 @@ impl Metrics {
             return String::new();
         }
         String::from_utf8(out).unwrap_or_default()
+    }
+
+    /// A request was given to an endpoint (labels from the pool's capped set).
+    pub fn endpoint_started(&self, pool: &str, endpoint: &str) {
+        if self.off {
+            return;
+        }
+        self.endpoint_in_flight
+            .with_label_values(&[pool, endpoint])
+            .inc();
+    }
+
+    /// An endpoint's request ended (its response body ended or was dropped).
+    pub fn endpoint_finished(&self, pool: &str, endpoint: &str, outcome: Outcome) {
+        if self.off {
+            return;
+        }
+        self.endpoint_in_flight
+            .with_label_values(&[pool, endpoint])
+            .dec();
+        self.endpoint_requests
+            .with_label_values(&[pool, endpoint, outcome.label()])
+            .inc();
     }
 
     pub fn request_started(&self, labels: &Labels) {

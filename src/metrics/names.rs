@@ -99,6 +99,16 @@ pub const OVERHEAD_BUCKETS: &[f64] = &[
 pub const TTFT_BUCKET: &str = "lingo_time_to_first_token_seconds_bucket";
 pub const ITL_BUCKET: &str = "lingo_inter_token_latency_seconds_bucket";
 
+/// Per endpoint of a pool (endpoint labels capped at `fleet::MAX_ENDPOINT_LABELS` per pool).
+pub const ENDPOINT_REQUESTS: (&str, &str) = (
+    "lingo_endpoint_requests_total",
+    "Requests an endpoint served, by pool, endpoint and outcome.",
+);
+pub const ENDPOINT_IN_FLIGHT: (&str, &str) = (
+    "lingo_endpoint_in_flight",
+    "Requests in flight on an endpoint, held until each response body ends or is dropped.",
+);
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -11,10 +11,15 @@ use std::time::Instant;
 
 use super::{Labels, Metrics, Outcome, RequestRecord};
 
+/// Told how the request ended, once, when its record is: an endpoint's in-flight count and
+/// outcome ride on this, so they end with the response body too.
+pub type OnEnd = Box<dyn FnOnce(Outcome) + Send>;
+
 pub struct OpenRecord {
     record: RequestRecord,
     metrics: Arc<Metrics>,
     done: bool,
+    on_end: Option<OnEnd>,
 }
 
 impl OpenRecord {
@@ -25,6 +30,15 @@ impl OpenRecord {
             record,
             metrics,
             done: false,
+            on_end: None,
+        }
+    }
+
+    /// Run `f` with the outcome when the record ends (finished or dropped). A second hook
+    /// replaces the first, which runs at once as cancelled (its attempt was abandoned).
+    pub fn on_end(&mut self, f: OnEnd) {
+        if let Some(old) = self.on_end.replace(f) {
+            old(Outcome::Cancelled);
         }
     }
 
@@ -41,6 +55,9 @@ impl OpenRecord {
         self.done = true;
         self.record.ended.get_or_insert_with(Instant::now);
         self.metrics.request_finished(&self.record);
+        if let Some(f) = self.on_end.take() {
+            f(self.record.outcome);
+        }
     }
 }
 
@@ -70,6 +87,9 @@ impl Drop for OpenRecord {
         // What was counted before the client left was spent all the same.
         r.charge_key();
         self.metrics.request_finished(r);
+        if let Some(f) = self.on_end.take() {
+            f(Outcome::Cancelled);
+        }
     }
 }
 

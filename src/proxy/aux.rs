@@ -32,6 +32,8 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/v1/models", get(models))
         .route("/info", get(info))
         .route("/metrics", get(metrics))
+        .route("/fleet", get(super::fleet_status::fleet))
+        .route("/live", get(|| async { (StatusCode::OK, "live\n") }))
         .route(
             "/ready",
             get(|State(st): St| async move { ready(&st.drain) }),
@@ -63,7 +65,11 @@ pub(super) async fn forward_body(
     path: &str,
     body: Bytes,
 ) -> Response {
-    let resp = match st.client.send(method, path, body, &[]).await {
+    let ep = match st.aux_endpoint().await {
+        Ok((ep, _)) => ep,
+        Err(e) => return upstream_error(&e),
+    };
+    let resp = match ep.client.send(method, path, body, &[]).await {
         Ok(r) => r,
         Err(e) => return upstream_error(&e),
     };
@@ -93,10 +99,24 @@ pub(super) fn upstream_error(e: &ProxyError) -> Response {
 }
 
 pub(super) async fn kind(st: &AppState) -> Result<Kind, Response> {
-    st.kind().await.map_err(|e| upstream_error(&e))
+    st.aux_endpoint()
+        .await
+        .map(|(_, k)| k)
+        .map_err(|e| upstream_error(&e))
+}
+
+/// The shown URL of the endpoint the routes around generation speak to.
+async fn aux_base(st: &AppState) -> String {
+    match st.aux_endpoint().await {
+        Ok((ep, _)) => ep.shown.clone(),
+        Err(_) => String::new(),
+    }
 }
 
 async fn health(State(st): St) -> Response {
+    if !st.fleet.is_single() {
+        return super::fleet_status::health(&st).await;
+    }
     match kind(&st).await {
         Ok(Kind::Ollama) => super::aux_native::ollama_health(&st).await,
         // The OpenAI API has no health route: a model list that answers is the sign of life.
@@ -149,7 +169,7 @@ async fn server_info(State(st): St, uri: Uri) -> Response {
                 "incremental_streaming_output": false, "stream_output": false,
                 "internal_states": [{}],
                 "version": concat!("lingo-", env!("CARGO_PKG_VERSION")),
-                "lingo": {"upstream": st.client.base(), "upstream_kind": k.label()},
+                "lingo": {"upstream": aux_base(&st).await, "upstream_kind": k.label()},
             }))
             .into_response()
         }
@@ -171,7 +191,7 @@ async fn flush_cache(State(st): St, method: Method) -> Response {
 /// context length from the model list when the upstream gives one).
 async fn info(State(st): St) -> Response {
     let kind = match kind(&st).await {
-        Ok(Kind::Tgi) => return forward(&st, Method::GET, "/info").await,
+        Ok(Kind::Tgi) if st.fleet.is_single() => return forward(&st, Method::GET, "/info").await,
         Ok(k) => k,
         Err(r) => return r,
     };
@@ -193,14 +213,22 @@ async fn info(State(st): St) -> Response {
         "validation_workers": 1, "max_client_batch_size": 1,
         "router": "lingo", "version": env!("CARGO_PKG_VERSION"), "sha": null,
         "docker_label": null,
-        "lingo": {"upstream": st.client.base(), "upstream_kind": kind.label()},
+        "lingo": {"upstream": aux_base(&st).await, "upstream_kind": kind.label()},
     }))
     .into_response()
 }
 
-/// The upstream's list, plus one entry per configured alias.
+/// The upstream's list, plus one entry per configured alias; for a fleet, every endpoint's
+/// list merged and deduplicated (re-read at most every few seconds).
 async fn models(State(st): St) -> Response {
-    let resp = match st.client.get("/v1/models").await {
+    if !st.fleet.is_single() {
+        return merged_models(&st).await;
+    }
+    let ep = match st.aux_endpoint().await {
+        Ok((ep, _)) => ep,
+        Err(e) => return upstream_error(&e),
+    };
+    let resp = match ep.client.get("/v1/models").await {
         Ok(r) => r,
         Err(e) => return upstream_error(&e),
     };
@@ -225,6 +253,40 @@ async fn models(State(st): St) -> Response {
         }
     }
     (status, axum::Json(v)).into_response()
+}
+
+async fn merged_models(st: &AppState) -> Response {
+    st.refresh_models(false).await;
+    let owner = |id: &str| {
+        st.fleet
+            .pools()
+            .iter()
+            .find(|p| p.serves(id))
+            .map(|p| p.name.to_string())
+    };
+    let mut data: Vec<Value> = st
+        .models
+        .cards()
+        .into_iter()
+        .map(|c| {
+            let mut card = json!({"id": c.id, "object": "model", "created": 0,
+                "owned_by": c.owned_by.unwrap_or_else(|| "lingo".into()), "root": c.id});
+            if let Some(n) = c.max_model_len {
+                card["max_model_len"] = json!(n);
+            }
+            if let Some(p) = owner(&c.id) {
+                card["lingo_pool"] = json!(p);
+            }
+            card
+        })
+        .collect();
+    for (alias, target) in st.models.aliases() {
+        if !data.iter().any(|c| c["id"] == json!(alias)) {
+            data.push(json!({"id": alias, "object": "model", "created": 0,
+                "owned_by": "lingo", "root": target}));
+        }
+    }
+    axum::Json(json!({"object": "list", "data": data})).into_response()
 }
 
 /// Off the client port when `metrics.on_client_port` is false: then `metrics.listen` is the

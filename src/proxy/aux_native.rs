@@ -38,8 +38,8 @@ pub async fn ollama_health(st: &AppState) -> Response {
 
 /// The upstream's models (re-read once if lingo has none yet): `(name, context length)`.
 async fn model_list(st: &AppState) -> Vec<(String, Option<u64>)> {
-    if st.models.cards().is_empty() {
-        st.models.refresh(&st.client).await;
+    if st.models.cards().is_empty() || !st.fleet.is_single() {
+        st.refresh_models(false).await;
     }
     let mut list: Vec<(String, Option<u64>)> = st
         .models
@@ -103,7 +103,7 @@ fn model_details() -> Value {
 /// lingo's aliases) in Ollama's shape. Sizes and digests are unknown: 0 and empty.
 async fn tags(State(st): St) -> Response {
     match kind(&st).await {
-        Ok(Kind::Ollama) => forward(&st, Method::GET, "/api/tags").await,
+        Ok(Kind::Ollama) if st.fleet.is_single() => forward(&st, Method::GET, "/api/tags").await,
         Ok(_) => {
             let now = ollama::created_at();
             let models: Vec<Value> = model_list(&st)

@@ -4,6 +4,7 @@ pub(crate) mod admission;
 mod aux;
 mod aux_native;
 pub mod drain;
+mod fleet_status;
 mod generate;
 mod layers;
 mod respond;

@@ -44,6 +44,22 @@ impl Arrival {
     }
 }
 
+impl Arrival {
+    /// The request now belongs to an endpoint: its metrics take the endpoint's group as
+    /// their `upstream` label, and the endpoint counts it in flight until the record ends
+    /// (with the response body).
+    pub fn hold(&self, group: &str, ticket: crate::fleet::Ticket) {
+        let mut slot = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(rec) = slot.as_mut() else {
+            return;
+        };
+        let mut labels = rec.labels.clone();
+        labels.upstream = group.to_string();
+        rec.relabel(labels);
+        rec.on_end(ticket.into_hook());
+    }
+}
+
 fn labels(st: &AppState, dialect: Dialect, model: Option<&str>) -> Labels {
     Labels {
         dialect: dialect.label(),
@@ -62,7 +78,10 @@ pub fn record(st: &AppState, dialect: Dialect, model: Option<&str>, at: &Arrival
         let rec = RequestRecord::new(labels(st, dialect, None), at.started);
         OpenRecord::open(st.metrics.clone(), rec)
     });
-    rec.relabel(labels(st, dialect, model));
+    // The upstream label stays what `Arrival::hold` made it (the endpoint's group).
+    let mut l = labels(st, dialect, model);
+    l.upstream = rec.labels.upstream.clone();
+    rec.relabel(l);
     rec.model = model.map(str::to_string);
     rec.stream = at.stream;
     rec

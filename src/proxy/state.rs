@@ -1,101 +1,112 @@
-//! What every handler shares: config, the upstream client, its kind, models and metrics.
+//! What every handler shares: config, the fleet of endpoints, model names and metrics.
 
 use std::sync::Arc;
 
-use tokio::sync::RwLock;
-
 use crate::config::Config;
 use crate::error::ProxyError;
+use crate::fleet::{Endpoint, Fleet};
 use crate::metrics::Metrics;
-use crate::upstream::{detect_kind, Client, Kind, Models};
+use crate::upstream::{Kind, Models};
 
 pub struct AppState {
     pub config: Config,
-    pub client: Client,
+    pub fleet: Fleet,
+    /// Aliases, and the model names metrics may use (the fleet's merged list).
     pub models: Models,
     pub metrics: Arc<Metrics>,
     /// Shutdown phase, read by `/ready`, the accept loop and open streams.
     pub drain: super::drain::Drain,
-    kind: RwLock<Option<Kind>>,
+    default_pool: String,
 }
 
 impl AppState {
     pub fn new(config: Config, metrics: Arc<Metrics>) -> AppState {
-        let mut client = Client::new(&config.upstream.url, &config.timeouts)
-            .named(&config.upstream.name)
-            .with_limits(&config.limits);
-        // `validate()` has checked that an explicitly named variable is set.
-        if let Ok(Some(key)) = config.upstream.api_key() {
-            match client.clone().with_api_key(&key) {
-                Ok(c) => client = c,
-                Err(e) => tracing::warn!(error = %e, "API key not used"),
-            }
-        }
-        let models = Models::new(config.models.clone(), config.upstream.model.clone());
-        let kind = Kind::from_setting(config.upstream.kind);
+        let fleet = Fleet::new(&config, metrics.clone());
+        let configured = match config.pools.is_empty() {
+            true => config.upstream.model.clone(),
+            false => None,
+        };
+        let models = Models::new(config.models.clone(), configured);
+        let default_pool = fleet.default_pool().name.to_string();
         AppState {
             config,
-            client,
+            fleet,
             models,
             metrics,
             drain: super::drain::Drain::default(),
-            kind: RwLock::new(kind),
+            default_pool,
         }
-    }
-
-    /// The upstream's kind: configured, or probed once (and again after a failed probe, so
-    /// lingo may start before its upstream does).
-    pub async fn kind(&self) -> Result<Kind, ProxyError> {
-        if let Some(k) = *self.kind.read().await {
-            return Ok(k);
-        }
-        let mut slot = self.kind.write().await;
-        if let Some(k) = *slot {
-            return Ok(k);
-        }
-        // The client sees the upstream's name; the (redacted) URL is for the log.
-        let (kind, why) = detect_kind(&self.client).await.ok_or_else(|| {
-            tracing::warn!(
-                upstream = self.client.name(),
-                url = self.client.base(),
-                "kind detection failed"
-            );
-            ProxyError::UpstreamUnreachable(format!(
-                "could not detect the kind of `{}` (set --upstream-kind)",
-                self.client.name()
-            ))
-        })?;
-        tracing::info!(upstream = self.client.name(), url = self.client.base(), kind = kind.label(), %why, "detected upstream kind");
-        *slot = Some(kind);
-        Ok(kind)
     }
 
     /// Probe at start-up so the first request does not pay for it; failures are logged
     /// and retried on demand.
     pub async fn warm_up(&self) {
-        if let Err(e) = self.kind().await {
-            tracing::warn!(error = %e, "upstream kind unknown for now");
-        }
-        if self.models.refresh(&self.client).await {
-            let names: Vec<String> = self.models.cards().into_iter().map(|c| c.id).collect();
+        let all: Vec<Arc<Endpoint>> = self
+            .fleet
+            .pools()
+            .iter()
+            .flat_map(|p| p.endpoints().iter().cloned().collect::<Vec<_>>())
+            .collect();
+        futures_util::future::join_all(all.iter().map(|e| e.kind())).await;
+        let names: Vec<String> = self.refresh_models(true).await;
+        if !names.is_empty() {
             tracing::info!(?names, "upstream models");
         }
     }
 
-    pub fn upstream_name(&self) -> &str {
-        &self.config.upstream.name
+    /// Re-read the endpoints' model lists (at most every few seconds unless `force`) and
+    /// make the merged list the label set; returns the names.
+    pub async fn refresh_models(&self, force: bool) -> Vec<String> {
+        let cards = self.fleet.refresh_models(force).await;
+        let names = cards.iter().map(|c| c.id.clone()).collect();
+        self.models.set_cards(cards);
+        names
     }
 
-    /// The model for a request that names none, discovering it if needed.
+    /// The metric label of requests not yet given to an endpoint: the default pool's name
+    /// (a single upstream's `upstream.name`).
+    pub fn upstream_name(&self) -> &str {
+        &self.default_pool
+    }
+
+    /// The model for a request that names none (it goes to the default pool), discovering
+    /// it if needed.
     pub async fn default_model(&self) -> Result<String, ProxyError> {
-        if let Some(m) = self.models.default_model() {
+        let pool = self.fleet.default_pool();
+        if let Some(m) = pool.default_model(&self.models) {
             return Ok(m);
         }
-        self.models.refresh(&self.client).await;
-        self.models.default_model().ok_or_else(|| {
+        self.refresh_models(false).await;
+        pool.default_model(&self.models).ok_or_else(|| {
             ProxyError::UpstreamUnreachable(
                 "no model configured and the upstream lists none on /v1/models".into(),
             )
         })
+    }
+
+    /// Whether the default model came from an endpoint's list (and so may go stale).
+    pub fn default_is_discovered(&self) -> bool {
+        self.fleet.default_pool().models.is_empty()
+    }
+
+    /// The endpoint the routes around generation speak to (`/health`, `/get_server_info`,
+    /// ...): the default pool's first healthy one, probing pending ones if none is.
+    pub async fn aux_endpoint(&self) -> Result<(Arc<Endpoint>, Kind), ProxyError> {
+        let pool = self.fleet.default_pool();
+        let set = pool.endpoints();
+        let healthy = set
+            .iter()
+            .find(|e| e.health() == crate::fleet::Health::Healthy);
+        let ep = match healthy {
+            Some(e) => e.clone(),
+            None => self.fleet.pick(pool, None).await?,
+        };
+        match ep.kind().await {
+            Some(k) => Ok((ep, k)),
+            None => Err(ProxyError::UpstreamUnreachable(format!(
+                "could not detect the kind of `{}` (set --upstream-kind)",
+                ep.group
+            ))),
+        }
     }
 }

@@ -13,6 +13,17 @@ pub struct ModelCard {
     pub max_model_len: Option<u64>,
 }
 
+impl ModelCard {
+    /// A card known only by its name (a configured model no endpoint has listed yet).
+    pub fn named(id: &str) -> ModelCard {
+        ModelCard {
+            id: id.to_string(),
+            owned_by: None,
+            max_model_len: None,
+        }
+    }
+}
+
 /// The fields of TGI's `/info` that tell it apart.
 #[derive(Debug, Deserialize)]
 struct TgiInfo {

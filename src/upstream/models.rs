@@ -89,6 +89,14 @@ impl Models {
         names
     }
 
+    /// Set the discovered list (the fleet's, merged across pools) and the label set with it.
+    pub fn set_cards(&self, cards: Vec<ModelCard>) {
+        if let Ok(mut d) = self.discovered.write() {
+            *d = cards;
+        }
+        self.rebuild_known();
+    }
+
     /// Re-read the upstream's model list; returns whether it answered.
     pub async fn refresh(&self, client: &Client) -> bool {
         let Some(list) = list_models(client).await else {

@@ -17,7 +17,8 @@ fn error_type(err: &ProxyError) -> &'static str {
         ProxyError::UpstreamStatus { status: 429, .. }
         | ProxyError::RateLimited { .. }
         | ProxyError::Overloaded { .. }
-        | ProxyError::ShuttingDown => "overloaded",
+        | ProxyError::ShuttingDown
+        | ProxyError::NoHealthyEndpoint { .. } => "overloaded",
         ProxyError::Unauthorized(_) => "validation",
         ProxyError::UpstreamStatus { status, .. } if *status < 500 => "validation",
         ProxyError::UpstreamStatus { .. } | ProxyError::Internal(_) => "generation",

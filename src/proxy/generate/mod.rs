@@ -15,8 +15,11 @@ use bytes::Bytes;
 use http::HeaderMap;
 
 use super::{respond, AppState};
+use crate::config::Policy;
 use crate::dialect::Dialect;
-use crate::upstream::Route;
+use crate::error::ProxyError;
+use crate::fleet::{Endpoint, Pool};
+use crate::upstream::{Kind, Route};
 
 pub async fn handle(
     State(st): State<Arc<AppState>>,
@@ -63,19 +66,76 @@ async fn run(
     headers: &HeaderMap,
     body: Bytes,
 ) -> Response {
-    let kind = match st.kind().await {
-        Ok(k) => k,
+    let (ep, kind) = match pick(st, headers, &body).await {
+        Ok(p) => p,
         Err(e) => {
             let rec = respond::record(st, dialect, None, &at);
             return respond::error(st, rec, dialect, &e);
         }
     };
+    at.hold(&ep.group, ep.take());
+    // The route is chosen after the endpoint, from that endpoint's kind.
     match kind.route(dialect) {
-        Route::Passthrough => passthrough::handle(st, kind, dialect, headers, body, at).await,
+        Route::Passthrough => passthrough::handle(st, &ep, kind, dialect, headers, body, at).await,
         Route::Translate(target) => {
-            translate::handle(st, kind, dialect, target, headers, body, at).await
+            translate::handle(st, &ep, kind, dialect, target, headers, body, at).await
         }
     }
+}
+
+/// The fields routing reads from a request body (any dialect names its model `model`; the
+/// OpenAI `user` is a session key).
+#[derive(serde::Deserialize, Default)]
+struct Who {
+    model: Option<String>,
+    user: Option<String>,
+}
+
+/// The pool by the request's model, then the endpoint by the pool's policy. The body is
+/// read here only when routing needs it (several pools, or a session policy without the
+/// header); a body that does not parse is left to the handler's decoder to refuse.
+async fn pick(
+    st: &AppState,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<(Arc<Endpoint>, Kind), ProxyError> {
+    let fleet = &st.fleet;
+    let session = |p: &Pool| {
+        (p.policy == Policy::Session)
+            .then(|| headers.get(&p.session_header)?.to_str().ok())
+            .flatten()
+    };
+    let single = (!fleet.routes_by_model()).then(|| fleet.default_pool());
+    let who: Who = match single {
+        Some(p) if p.policy != Policy::Session || session(p).is_some() => Who::default(),
+        _ => serde_json::from_slice(body).unwrap_or_default(),
+    };
+    let model = who.model.as_deref().map(|m| st.models.resolve(m));
+    let pool = match fleet.pool_for(model) {
+        Some(p) => p,
+        // A model no pool knows yet may have been added to an endpoint since.
+        None => {
+            let served = st.refresh_models(false).await;
+            match fleet.pool_for(model) {
+                Some(p) => p,
+                None => return Err(unknown_model(model.unwrap_or_default(), &served)),
+            }
+        }
+    };
+    let key = session(pool).or(who.user.as_deref());
+    let ep = fleet.pick(pool, key).await?;
+    let kind = ep.kind().await.ok_or_else(|| {
+        ProxyError::UpstreamUnreachable(format!("could not detect the kind of `{}`", ep.group))
+    })?;
+    Ok((ep, kind))
+}
+
+/// A 404 naming the models served (with the client's aliases), in the client's shape.
+fn unknown_model(model: &str, served: &[String]) -> ProxyError {
+    ProxyError::ModelNotFound(format!(
+        "`{model}` is not served here; models: {}",
+        served.join(", ")
+    ))
 }
 
 /// `POST /generate`, shared by three dialects: pick one by the body's shape.

@@ -12,6 +12,7 @@ use super::super::{respond, AppState};
 use crate::dialect::ctx::IdsLen;
 use crate::dialect::Dialect;
 use crate::error::{decode_json, ProxyError};
+use crate::fleet::Endpoint;
 use crate::metrics::{Outcome, Summary};
 use crate::stream::pipeline::{pipeline, rewrite_model, Output, Upstream};
 use crate::stream::timers::Timers;
@@ -73,6 +74,7 @@ async fn upstream_model(
 
 pub async fn handle(
     st: &AppState,
+    ep: &Endpoint,
     kind: Kind,
     dialect: Dialect,
     headers: &HeaderMap,
@@ -111,7 +113,7 @@ pub async fn handle(
     let path = dialect.request_path(stream);
     let wait = timers.headers();
     let resp = match timers
-        .guard(st.client.post_json_until(path, body, &fwd, wait))
+        .guard(ep.client.post_json_until(path, body, &fwd, wait))
         .await
     {
         Ok(r) => r,

@@ -11,14 +11,17 @@ use super::super::{respond, AppState};
 use super::is_model_not_found;
 use crate::dialect::{ctx, Ctx, Dialect};
 use crate::error::ProxyError;
+use crate::fleet::Endpoint;
 use crate::metrics::{OpenRecord, Summary};
 use crate::model::Request;
 use crate::stream::pipeline::{pipeline, Output, Upstream};
 use crate::stream::timers::{HeaderWait, Timers};
 use crate::upstream::{forward_headers, Kind, UpstreamResponse};
 
+#[allow(clippy::too_many_arguments)]
 pub async fn handle(
     st: &AppState,
+    ep: &Endpoint,
     kind: Kind,
     client: Dialect,
     target: Dialect,
@@ -51,6 +54,7 @@ pub async fn handle(
         client,
         target,
         kind,
+        ep,
     };
     let wait = timers.headers();
     let resp = match timers
@@ -81,7 +85,7 @@ pub async fn handle(
 async fn resolve_model(st: &AppState, req: &Request) -> Result<(String, bool), ProxyError> {
     match &req.model {
         Some(m) => Ok((st.models.resolve(m).to_string(), false)),
-        None => Ok((st.default_model().await?, st.models.is_discovered())),
+        None => Ok((st.default_model().await?, st.default_is_discovered())),
     }
 }
 
@@ -103,10 +107,11 @@ fn response_id(client: Dialect, req: &Request) -> String {
 
 /// Which dialects a translation joins, to which kind of upstream.
 #[derive(Clone, Copy)]
-struct Way {
+struct Way<'a> {
     client: Dialect,
     target: Dialect,
     kind: Kind,
+    ep: &'a Endpoint,
 }
 
 /// Encode and send; on "model not found" for a discovered default, refresh the model list
@@ -117,7 +122,8 @@ async fn send(
         client,
         target,
         kind,
-    }: Way,
+        ep,
+    }: Way<'_>,
     req: &mut Request,
     fwd: &[(http::HeaderName, HeaderValue)],
     from_discovery: bool,
@@ -133,7 +139,7 @@ async fn send(
             Err(e) => return Err(rename(client, e)),
         };
         let path = target.request_path(req.stream);
-        let resp = st
+        let resp = ep
             .client
             .post_json_until(path, Bytes::from(body), fwd, wait)
             .await?;
@@ -144,7 +150,7 @@ async fn send(
         let message = target.decode_error(&resp.bytes().await?);
         if from_discovery && !retried && is_model_not_found(status, &message) {
             retried = true;
-            st.models.refresh(&st.client).await;
+            st.refresh_models(true).await;
             req.model = Some(st.default_model().await?);
             continue;
         }
@@ -166,7 +172,7 @@ fn rename(client: Dialect, e: ProxyError) -> ProxyError {
 async fn whole(
     st: &AppState,
     rec: OpenRecord,
-    Way { client, target, .. }: Way,
+    Way { client, target, .. }: Way<'_>,
     resp: UpstreamResponse,
     ctx: &Ctx,
     sent: Instant,

@@ -1,0 +1,308 @@
+//! `[pools.NAME]`: the fleet's pools, their endpoints and policies, and the one implicit pool
+//! a single-upstream config (`[upstream]`, `--upstream`) stands for.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::{invalid_at, Config, ConfigError};
+use crate::upstream::KindSetting;
+
+/// How a pool picks an endpoint for a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Policy {
+    /// Smooth weighted round robin (nginx's): exact shares by weight, interleaved.
+    RoundRobin,
+    /// Power of two choices over lingo's own in-flight count per endpoint, counted until
+    /// each response body ends: streams are long, so this is the load that matters. The
+    /// default: it follows endpoints of different speeds without being told their weights.
+    #[default]
+    LeastOutstanding,
+    /// Uniformly at random.
+    Random,
+    /// A consistent hash of the session header (else the OpenAI `user` field), so a
+    /// conversation keeps its endpoint's prefix cache; `least_outstanding` without a key.
+    Session,
+}
+
+impl Policy {
+    pub fn label(self) -> &'static str {
+        match self {
+            Policy::RoundRobin => "round_robin",
+            Policy::LeastOutstanding => "least_outstanding",
+            Policy::Random => "random",
+            Policy::Session => "session",
+        }
+    }
+}
+
+/// One pool: the endpoints that serve a set of models, and how to choose among them.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PoolConfig {
+    /// The models this pool serves (requests naming one come here). Default: discovered from
+    /// the endpoints' model lists.
+    pub models: Vec<String>,
+    /// `round_robin`, `least_outstanding`, `random` or `session`. Default `least_outstanding`.
+    pub policy: Policy,
+    /// The header `session` hashes. Default `x-session-id`.
+    pub session_header: String,
+    pub endpoints: Vec<EndpointConfig>,
+}
+
+impl Default for PoolConfig {
+    fn default() -> PoolConfig {
+        PoolConfig {
+            models: Vec::new(),
+            policy: Policy::default(),
+            session_header: "x-session-id".into(),
+            endpoints: Vec::new(),
+        }
+    }
+}
+
+/// One inference server of a pool.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EndpointConfig {
+    pub url: String,
+    /// As `upstream.kind`, probed per endpoint. Default `auto`.
+    #[serde(default = "auto")]
+    pub kind: KindSetting,
+    /// The endpoint's group, the `upstream` label of its requests' metrics (so two
+    /// deployments of one model compare side by side). Default: the pool's name.
+    #[serde(default)]
+    pub group: Option<String>,
+    /// Its share under `round_robin` (and `random`, `session`). Default 1.
+    #[serde(default = "one")]
+    pub weight: u32,
+    /// As `upstream.api_key_env`. Default: `OPENAI_API_KEY` for kind `openai`, else none.
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+}
+
+fn auto() -> KindSetting {
+    KindSetting::Auto
+}
+
+fn one() -> u32 {
+    1
+}
+
+impl EndpointConfig {
+    pub fn new(url: &str, kind: KindSetting) -> EndpointConfig {
+        EndpointConfig {
+            url: url.to_string(),
+            kind,
+            group: None,
+            weight: 1,
+            api_key_env: None,
+        }
+    }
+
+    /// The API key to send, read from the environment (`None` without one).
+    pub fn api_key(&self) -> Result<Option<String>, String> {
+        api_key(self.api_key_env.as_deref(), self.kind)
+    }
+}
+
+/// The key named by `env` (required to be set), or `OPENAI_API_KEY` for kind `openai` if set.
+pub(super) fn api_key(env: Option<&str>, kind: KindSetting) -> Result<Option<String>, String> {
+    let (var, required) = match (env, kind) {
+        (Some(v), _) => (v, true),
+        (None, KindSetting::Openai) => ("OPENAI_API_KEY", false),
+        (None, _) => return Ok(None),
+    };
+    match std::env::var(var) {
+        Ok(key) if !key.is_empty() => Ok(Some(key)),
+        _ if required => Err(format!("the environment variable {var} is not set")),
+        _ => Ok(None),
+    }
+}
+
+impl Config {
+    /// The pools to build: `[pools]` as configured, else one pool named `upstream.name` of
+    /// the one `upstream.url` (its models: `upstream.model` if set, else discovered).
+    pub fn pool_configs(&self) -> BTreeMap<String, PoolConfig> {
+        if !self.pools.is_empty() {
+            return self.pools.clone();
+        }
+        let u = &self.upstream;
+        let mut ep = EndpointConfig::new(&u.url, u.kind);
+        ep.api_key_env = u.api_key_env.clone();
+        let pool = PoolConfig {
+            models: u.model.iter().cloned().collect(),
+            endpoints: vec![ep],
+            ..PoolConfig::default()
+        };
+        BTreeMap::from([(u.name.clone(), pool)])
+    }
+
+    /// The pool for requests that name no model: `default_pool`, else the first by name.
+    pub fn default_pool_name(&self) -> String {
+        match &self.default_pool {
+            Some(p) if self.pools.contains_key(p) => p.clone(),
+            _ => self.pool_configs().into_keys().next().unwrap_or_default(),
+        }
+    }
+
+    pub(super) fn validate_pools(&self) -> Result<(), ConfigError> {
+        if let Some(p) = &self.default_pool {
+            if !self.pools.contains_key(p) {
+                return Err(invalid_at("default_pool", format!("no pool named `{p}`")));
+            }
+        }
+        let mut owner: BTreeMap<&str, &str> = BTreeMap::new();
+        for (name, pool) in &self.pools {
+            let key = format!("pools.{name}");
+            if name.is_empty() {
+                return Err(invalid_at("pools", "a pool name must not be empty"));
+            }
+            if pool.endpoints.is_empty() {
+                return Err(invalid_at(
+                    &format!("{key}.endpoints"),
+                    "a pool needs an endpoint",
+                ));
+            }
+            if pool.session_header.is_empty()
+                || http::HeaderName::from_bytes(pool.session_header.as_bytes()).is_err()
+            {
+                return Err(invalid_at(
+                    &format!("{key}.session_header"),
+                    "must be a header name",
+                ));
+            }
+            for (i, m) in pool.models.iter().enumerate() {
+                if m.is_empty() {
+                    return Err(invalid_at(
+                        &format!("{key}.models[{i}]"),
+                        "must not be empty",
+                    ));
+                }
+                if let Some(other) = owner.insert(m, name) {
+                    return Err(invalid_at(
+                        &format!("{key}.models[{i}]"),
+                        format!("`{m}` is served by pool `{other}` too"),
+                    ));
+                }
+            }
+            for (i, ep) in pool.endpoints.iter().enumerate() {
+                validate_endpoint(&format!("{key}.endpoints[{i}]"), ep)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn validate_endpoint(key: &str, ep: &EndpointConfig) -> Result<(), ConfigError> {
+    check_url(&ep.url).map_err(|m| invalid_at(&format!("{key}.url"), m))?;
+    if ep.weight == 0 {
+        return Err(invalid_at(&format!("{key}.weight"), "must be at least 1"));
+    }
+    if ep.group.as_deref() == Some("") {
+        return Err(invalid_at(&format!("{key}.group"), "must not be empty"));
+    }
+    if ep.api_key_env.as_deref() == Some("") {
+        return Err(invalid_at(
+            &format!("{key}.api_key_env"),
+            "must name a variable",
+        ));
+    }
+    ep.api_key()
+        .map_err(|m| invalid_at(&format!("{key}.api_key_env"), m))?;
+    Ok(())
+}
+
+/// An upstream URL: `http://` or `https://` with a host, or `dns://NAME:PORT` (resolved by
+/// discovery into the name's addresses).
+pub fn check_url(url: &str) -> Result<(), String> {
+    let uri: http::Uri = url.parse().map_err(|e| format!("not a URL: {e}"))?;
+    match uri.scheme_str() {
+        Some("http" | "https") => {}
+        Some("dns") if uri.port_u16().is_some() => {}
+        Some("dns") => return Err("dns:// needs a port (dns://NAME:PORT)".into()),
+        _ => return Err("must start with http://, https:// or dns://".into()),
+    }
+    if uri.host().is_none_or(str::is_empty) {
+        return Err("has no host".into());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(toml: &str) -> String {
+        let cfg: Config = toml::from_str(toml).unwrap();
+        cfg.validate().unwrap_err().to_string()
+    }
+
+    #[test]
+    fn the_issue_example_parses_with_defaults() {
+        let cfg: Config = toml::from_str(
+            r#"
+            [pools.qwen]
+            models = ["Qwen/Qwen3-8B"]
+            policy = "least_outstanding"
+            endpoints = [
+              { url = "http://sglang-a:30000", group = "sglang-mtp" },
+              { url = "dns://vllm-dflash.default.svc:8000", group = "vllm-dflash", weight = 3 },
+            ]
+            "#,
+        )
+        .unwrap();
+        cfg.validate().unwrap();
+        let pool = &cfg.pool_configs()["qwen"];
+        assert_eq!(pool.endpoints[0].kind, KindSetting::Auto);
+        assert_eq!(pool.endpoints[0].weight, 1);
+        assert_eq!(pool.endpoints[1].weight, 3);
+        assert_eq!(cfg.default_pool_name(), "qwen");
+    }
+
+    #[test]
+    fn a_single_upstream_is_one_implicit_pool() {
+        let mut cfg = Config::default();
+        cfg.upstream.name = "u".into();
+        let pools = cfg.pool_configs();
+        assert_eq!(pools.len(), 1);
+        assert_eq!(pools["u"].endpoints[0].url, "http://127.0.0.1:8000");
+        assert!(pools["u"].models.is_empty());
+    }
+
+    #[test]
+    fn validate_names_the_pool_key() {
+        let e = err("[pools.a]\nendpoints = []");
+        assert!(e.contains("pools.a.endpoints"), "{e}");
+        let e = err("[pools.q]\nendpoints = [{url = \"http://a:1\"}, {url = \"ftp://b\"}]");
+        assert!(e.contains("pools.q.endpoints[1].url"), "{e}");
+        let e = err("[pools.q]\nendpoints = [{url = \"http://a:1\", weight = 0}]");
+        assert!(e.contains("pools.q.endpoints[0].weight"), "{e}");
+        let e = err(
+            "[pools.a]\nmodels = [\"m\"]\nendpoints = [{url = \"http://a:1\"}]\n\
+             [pools.b]\nmodels = [\"m\"]\nendpoints = [{url = \"http://b:1\"}]",
+        );
+        assert!(
+            e.contains("pools.b.models[0]") && e.contains("pool `a`"),
+            "{e}"
+        );
+        let e = err("default_pool = \"x\"\n[pools.a]\nendpoints = [{url = \"http://a:1\"}]");
+        assert!(e.contains("default_pool"), "{e}");
+        let e = err("[pools.q]\nendpoints = [{url = \"dns://svc\"}]");
+        assert!(e.contains("pools.q.endpoints[0].url"), "{e}");
+    }
+
+    #[test]
+    fn a_pool_duplicated_in_the_file_is_refused_by_toml() {
+        let e = toml::from_str::<Config>(
+            "[pools.a]\nendpoints = [{url = \"http://a:1\"}]\n\
+             [pools.a]\nendpoints = [{url = \"http://b:1\"}]",
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string().contains("pools.a") || e.to_string().contains("duplicate"),
+            "{e}"
+        );
+    }
+}

@@ -1,0 +1,145 @@
+//! The fleet: pools of endpoints by model. A request's model picks the pool, the pool's
+//! policy picks the endpoint, and only then is the route (passthrough or translation)
+//! chosen, from that endpoint's kind.
+
+mod endpoint;
+mod policy;
+mod pool;
+
+pub use endpoint::{Endpoint, Health, Ticket};
+pub use pool::{NoPick, Pool};
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::config::Config;
+use crate::error::ProxyError;
+use crate::metrics::Metrics;
+use crate::upstream::ModelCard;
+
+/// At most this many distinct `endpoint` label values per pool; the rest are `other`.
+pub const MAX_ENDPOINT_LABELS: usize = 64;
+
+/// How long a merged model list is reused before the endpoints are asked again.
+const MODELS_TTL: Duration = Duration::from_secs(2);
+
+/// What a refused client waits before asking a pool with no healthy endpoint again.
+const DOWN_RETRY_AFTER: u64 = 1;
+
+pub struct Fleet {
+    pools: Vec<Arc<Pool>>,
+    default: usize,
+    /// When the endpoints' model lists were last read.
+    refreshed: Mutex<Option<Instant>>,
+}
+
+impl Fleet {
+    pub fn new(config: &Config, metrics: Arc<Metrics>) -> Fleet {
+        let configs = config.pool_configs();
+        let default_name = config.default_pool_name();
+        let pools: Vec<Arc<Pool>> = configs
+            .iter()
+            .map(|(name, cfg)| {
+                Arc::new(Pool::new(
+                    name,
+                    cfg,
+                    &config.timeouts,
+                    &config.limits,
+                    metrics.clone(),
+                ))
+            })
+            .collect();
+        let default = pools
+            .iter()
+            .position(|p| *p.name == *default_name)
+            .unwrap_or(0);
+        Fleet {
+            pools,
+            default,
+            refreshed: Mutex::new(None),
+        }
+    }
+
+    pub fn pools(&self) -> &[Arc<Pool>] {
+        &self.pools
+    }
+
+    pub fn pool(&self, name: &str) -> Option<&Arc<Pool>> {
+        self.pools.iter().find(|p| *p.name == *name)
+    }
+
+    pub fn default_pool(&self) -> &Arc<Pool> {
+        &self.pools[self.default]
+    }
+
+    /// One pool of one endpoint: today's single upstream, whose own answers lingo forwards.
+    pub fn is_single(&self) -> bool {
+        self.pools.len() == 1 && self.default_pool().endpoints().len() == 1
+    }
+
+    /// Whether routing needs the request's model (more than one pool to choose from).
+    pub fn routes_by_model(&self) -> bool {
+        self.pools.len() > 1
+    }
+
+    /// The pool for a model (resolved from aliases); a request naming none, and every
+    /// request when there is one pool, goes to the default pool.
+    pub fn pool_for(&self, model: Option<&str>) -> Option<&Arc<Pool>> {
+        match model {
+            _ if self.pools.len() == 1 => Some(self.default_pool()),
+            None => Some(self.default_pool()),
+            Some(m) => self.pools.iter().find(|p| p.serves(m)),
+        }
+    }
+
+    /// Every model served, across pools, deduplicated (pool order, then list order).
+    pub fn model_cards(&self) -> Vec<ModelCard> {
+        let mut out: Vec<ModelCard> = Vec::new();
+        for p in &self.pools {
+            for c in p.model_cards() {
+                if !out.iter().any(|k| k.id == c.id) {
+                    out.push(c);
+                }
+            }
+        }
+        out
+    }
+
+    /// Read every endpoint's model list again unless that was done within `MODELS_TTL`
+    /// (`force` skips the wait); returns the merged list.
+    pub async fn refresh_models(&self, force: bool) -> Vec<ModelCard> {
+        let due = {
+            let mut at = self.refreshed.lock().unwrap_or_else(|e| e.into_inner());
+            let due = force || at.is_none_or(|t| t.elapsed() >= MODELS_TTL);
+            if due {
+                *at = Some(Instant::now());
+            }
+            due
+        };
+        if due {
+            let all: Vec<Arc<Endpoint>> = self
+                .pools
+                .iter()
+                .flat_map(|p| p.endpoints().iter().cloned().collect::<Vec<_>>())
+                .collect();
+            let reads = all.iter().map(|e| e.refresh_models());
+            futures_util::future::join_all(reads).await;
+        }
+        self.model_cards()
+    }
+
+    /// Pick an endpoint of `pool` for a request with session key `key`, or the error a
+    /// client gets: the kind still unknown (as a single upstream always said), or a 503
+    /// with `Retry-After` when every endpoint is out.
+    pub async fn pick(&self, pool: &Pool, key: Option<&str>) -> Result<Arc<Endpoint>, ProxyError> {
+        pool.pick(key).await.map_err(|why| match why {
+            NoPick::Unknown(group) => ProxyError::UpstreamUnreachable(format!(
+                "could not detect the kind of `{group}` (set --upstream-kind)"
+            )),
+            NoPick::Down => ProxyError::NoHealthyEndpoint {
+                pool: pool.name.to_string(),
+                retry_after: DOWN_RETRY_AFTER,
+            },
+        })
+    }
+}

@@ -1,0 +1,223 @@
+//! A pool: the endpoints serving a set of models, replaceable as a whole at run time (the
+//! seam discovery uses), and the policy that picks among them.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, RwLock};
+
+use super::endpoint::{Endpoint, Health, Setup};
+use super::{policy, MAX_ENDPOINT_LABELS};
+use crate::config::{EndpointConfig, Limits, Policy, PoolConfig, Timeouts};
+use crate::metrics::Metrics;
+use crate::upstream::{ModelCard, Models};
+
+pub struct Pool {
+    pub name: Arc<str>,
+    pub policy: Policy,
+    pub session_header: http::HeaderName,
+    /// Configured models (empty: the endpoints' own lists decide).
+    pub models: Vec<String>,
+    endpoints: RwLock<Arc<Vec<Arc<Endpoint>>>>,
+    /// Endpoints removed from the set while requests were in flight on them.
+    draining: Mutex<Vec<Arc<Endpoint>>>,
+    /// Serialises round robin's shared running weights.
+    pick_lock: Mutex<()>,
+    /// The endpoint labels given out so far (at most `MAX_ENDPOINT_LABELS`).
+    labels: Mutex<HashSet<String>>,
+    build: Build,
+}
+
+/// What a pool needs to build endpoints later (discovery adds them at run time).
+struct Build {
+    timeouts: Timeouts,
+    limits: Limits,
+    metrics: Arc<Metrics>,
+}
+
+/// Why no endpoint could be picked.
+pub enum NoPick {
+    /// Some endpoints were never reached (kind unknown): the error says which.
+    Unknown(String),
+    /// Every endpoint is ejected (or draining).
+    Down,
+}
+
+impl Pool {
+    pub fn new(
+        name: &str,
+        cfg: &PoolConfig,
+        timeouts: &Timeouts,
+        limits: &Limits,
+        metrics: Arc<Metrics>,
+    ) -> Pool {
+        let pool = Pool {
+            name: Arc::from(name),
+            policy: cfg.policy,
+            session_header: http::HeaderName::from_bytes(cfg.session_header.as_bytes())
+                .unwrap_or(http::HeaderName::from_static("x-session-id")),
+            models: cfg.models.clone(),
+            endpoints: RwLock::new(Arc::new(Vec::new())),
+            draining: Mutex::new(Vec::new()),
+            pick_lock: Mutex::new(()),
+            labels: Mutex::new(HashSet::new()),
+            build: Build {
+                timeouts: timeouts.clone(),
+                limits: limits.clone(),
+                metrics,
+            },
+        };
+        pool.replace(&cfg.endpoints);
+        pool
+    }
+
+    /// The current set (a snapshot: a replacement does not disturb a pick in progress).
+    pub fn endpoints(&self) -> Arc<Vec<Arc<Endpoint>>> {
+        self.endpoints.read().map(|e| e.clone()).unwrap_or_default()
+    }
+
+    /// Endpoints out of the set that still have requests in flight.
+    pub fn draining(&self) -> Vec<Arc<Endpoint>> {
+        let mut d = self.draining.lock().unwrap_or_else(|e| e.into_inner());
+        d.retain(|e| e.in_flight() > 0);
+        d.clone()
+    }
+
+    /// Replace the endpoint set: endpoints whose URL stays keep their handle (and state);
+    /// new ones start `pending` (or healthy with a configured kind); removed ones take no new
+    /// requests and leave once their in-flight requests end. Discovery calls this.
+    pub fn replace(&self, configs: &[EndpointConfig]) {
+        let old = self.endpoints();
+        let mut next = Vec::with_capacity(configs.len());
+        for cfg in configs {
+            match old.iter().find(|e| e.url == cfg.url) {
+                Some(e) => next.push(e.clone()),
+                None => next.push(Arc::new(self.endpoint(cfg))),
+            }
+        }
+        let gone: Vec<Arc<Endpoint>> = old
+            .iter()
+            .filter(|e| !next.iter().any(|n| Arc::ptr_eq(n, e)))
+            .cloned()
+            .collect();
+        for e in &gone {
+            e.set_health(Health::Draining);
+        }
+        if let Ok(mut set) = self.endpoints.write() {
+            *set = Arc::new(next);
+        }
+        let mut d = self.draining.lock().unwrap_or_else(|e| e.into_inner());
+        d.extend(gone);
+        d.retain(|e| e.in_flight() > 0);
+    }
+
+    fn endpoint(&self, cfg: &EndpointConfig) -> Endpoint {
+        let group = cfg.group.clone().unwrap_or_else(|| self.name.to_string());
+        let setup = Setup {
+            pool: self.name.clone(),
+            label: self.label_for(&cfg.url),
+            timeouts: &self.build.timeouts,
+            limits: &self.build.limits,
+            metrics: self.build.metrics.clone(),
+        };
+        Endpoint::new(cfg, &group, setup)
+    }
+
+    /// `host:port` while the pool has given out fewer than the cap, else `other`: a thousand
+    /// discovered addresses leave at most `MAX_ENDPOINT_LABELS + 1` series per pool.
+    fn label_for(&self, url: &str) -> String {
+        let name = url
+            .parse::<http::Uri>()
+            .ok()
+            .and_then(|u| u.authority().map(|a| a.as_str().to_string()))
+            .map(|a| a.rsplit('@').next().unwrap_or_default().to_string())
+            .unwrap_or_else(|| "other".into());
+        let mut labels = self.labels.lock().unwrap_or_else(|e| e.into_inner());
+        if labels.contains(&name) || labels.len() < MAX_ENDPOINT_LABELS {
+            labels.insert(name.clone());
+            return name;
+        }
+        "other".into()
+    }
+
+    /// Whether requests for `model` (already resolved from aliases) come here.
+    pub fn serves(&self, model: &str) -> bool {
+        if !self.models.is_empty() {
+            return self.models.iter().any(|m| m == model);
+        }
+        self.endpoints().iter().any(|e| e.serves(model))
+    }
+
+    /// The models this pool serves: configured, else its endpoints' lists (deduplicated).
+    pub fn model_cards(&self) -> Vec<ModelCard> {
+        let mut cards: Vec<ModelCard> = Vec::new();
+        for e in self.endpoints().iter() {
+            for c in e.models() {
+                if !cards.iter().any(|k| k.id == c.id) {
+                    cards.push(c);
+                }
+            }
+        }
+        if self.models.is_empty() {
+            return cards;
+        }
+        self.models
+            .iter()
+            .map(|m| {
+                cards
+                    .iter()
+                    .find(|c| &c.id == m)
+                    .cloned()
+                    .unwrap_or_else(|| ModelCard::named(m))
+            })
+            .collect()
+    }
+
+    /// The model for a request that names none: the first configured (through aliases), else
+    /// the first any endpoint lists.
+    pub fn default_model(&self, aliases: &Models) -> Option<String> {
+        if let Some(m) = self.models.first() {
+            return Some(aliases.resolve(m).to_string());
+        }
+        self.endpoints()
+            .iter()
+            .find_map(|e| e.models().first().map(|c| c.id.clone()))
+    }
+
+    /// Pick an endpoint for a request. Only healthy endpoints are chosen; when none is, the
+    /// pending ones are probed now (so lingo may start before its servers), once each.
+    pub async fn pick(&self, key: Option<&str>) -> Result<Arc<Endpoint>, NoPick> {
+        if let Some(e) = self.pick_healthy(key) {
+            return Ok(e);
+        }
+        let set = self.endpoints();
+        let mut unknown = None;
+        for e in set.iter().filter(|e| e.health() == Health::Pending) {
+            if e.kind().await.is_none() {
+                unknown.get_or_insert_with(|| e.group.clone());
+            }
+        }
+        if let Some(e) = self.pick_healthy(key) {
+            return Ok(e);
+        }
+        match unknown {
+            Some(group) => Err(NoPick::Unknown(group)),
+            None => Err(NoPick::Down),
+        }
+    }
+
+    fn pick_healthy(&self, key: Option<&str>) -> Option<Arc<Endpoint>> {
+        let set = self.endpoints();
+        let healthy: Vec<Arc<Endpoint>> = set
+            .iter()
+            .filter(|e| e.health() == Health::Healthy)
+            .cloned()
+            .collect();
+        if healthy.is_empty() {
+            return None;
+        }
+        let _rr = match self.policy {
+            Policy::RoundRobin => Some(self.pick_lock.lock().unwrap_or_else(|e| e.into_inner())),
+            _ => None,
+        };
+        Some(policy::pick(self.policy, &healthy, key))
+    }
+}

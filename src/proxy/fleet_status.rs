@@ -1,0 +1,78 @@
+//! `GET /fleet` (every pool and endpoint as JSON) and a fleet's `/health`.
+
+use std::sync::Arc;
+use std::time::UNIX_EPOCH;
+
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use http::StatusCode;
+use serde_json::{json, Value};
+
+use super::AppState;
+use crate::fleet::{Endpoint, Health};
+
+pub async fn fleet(State(st): State<Arc<AppState>>) -> Response {
+    let pools: Vec<Value> = st
+        .fleet
+        .pools()
+        .iter()
+        .map(|p| {
+            let mut endpoints: Vec<Value> = p.endpoints().iter().map(|e| endpoint(e)).collect();
+            endpoints.extend(p.draining().iter().map(|e| endpoint(e)));
+            json!({
+                "name": &*p.name,
+                "policy": p.policy.label(),
+                "models": p.model_cards().into_iter().map(|c| c.id).collect::<Vec<_>>(),
+                "default": Arc::ptr_eq(p, st.fleet.default_pool()),
+                "endpoints": endpoints,
+            })
+        })
+        .collect();
+    axum::Json(json!({ "pools": pools })).into_response()
+}
+
+fn endpoint(e: &Endpoint) -> Value {
+    let last_error = e.last_error().map(|(message, at)| {
+        let at = at
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs_f64())
+            .unwrap_or(0.0);
+        json!({"message": message, "at_unix": at})
+    });
+    json!({
+        "url": e.shown,
+        "kind": e.kind_now().map(|k| k.label()),
+        "group": e.group,
+        "state": e.health().label(),
+        "in_flight": e.in_flight(),
+        "requests": e.requests(),
+        "weight": e.weight,
+        "last_error": last_error,
+    })
+}
+
+/// 200 when every pool has a healthy endpoint (old scripts poll `/health`), else 503 naming
+/// the pools without one.
+pub async fn health(st: &AppState) -> Response {
+    // Until probes run on their own, a pending endpoint is probed when asked about.
+    let pending: Vec<Arc<Endpoint>> = st
+        .fleet
+        .pools()
+        .iter()
+        .flat_map(|p| p.endpoints().iter().cloned().collect::<Vec<_>>())
+        .filter(|e| e.health() == Health::Pending)
+        .collect();
+    futures_util::future::join_all(pending.iter().map(|e| e.kind())).await;
+    let down: Vec<String> = st
+        .fleet
+        .pools()
+        .iter()
+        .filter(|p| !p.endpoints().iter().any(|e| e.health() == Health::Healthy))
+        .map(|p| p.name.to_string())
+        .collect();
+    if down.is_empty() {
+        return (StatusCode::OK, axum::Json(json!({"status": "ok"}))).into_response();
+    }
+    let body = json!({"status": "unhealthy", "pools_without_healthy_endpoint": down});
+    (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response()
+}

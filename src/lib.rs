@@ -5,6 +5,7 @@ pub mod bench;
 pub mod config;
 pub mod dialect;
 pub mod error;
+pub mod fleet;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod metrics;

@@ -23,8 +23,9 @@ use crate::config::ConfigError;
 /// The current addresses of one `dns://` endpoint, each with the URL's port.
 pub type Addrs = Arc<BTreeSet<SocketAddr>>;
 
-/// One DNS query (A or AAAA) gives up after this; a round makes at most two tries.
-const QUERY_TIMEOUT: Duration = Duration::from_secs(2);
+/// One DNS query (A or AAAA) gives up after the interval, within these bounds: an answer
+/// later than the next round is as good as lost.
+const QUERY_TIMEOUT: (Duration, Duration) = (Duration::from_millis(500), Duration::from_secs(2));
 /// How long [`Discovery::start`] waits for the first round before starting empty.
 const FIRST_ROUND_BOUND: Duration = Duration::from_secs(5);
 /// A failing name is logged at most this often (each round would be every `interval`).
@@ -199,7 +200,7 @@ fn resolver(config: &DiscoveryConfig) -> Result<TokioResolver, DiscoveryError> {
     // round really asks the server and sees a pod that left within one interval.
     opts.positive_max_ttl = Some(Duration::ZERO);
     opts.negative_max_ttl = Some(Duration::ZERO);
-    opts.timeout = QUERY_TIMEOUT;
+    opts.timeout = config.interval.clamp(QUERY_TIMEOUT.0, QUERY_TIMEOUT.1);
     opts.attempts = 1;
     Ok(builder.build())
 }

@@ -223,15 +223,12 @@ impl Rounds {
             let Some(new) = self.resolve().await else {
                 continue;
             };
-            tx.send_if_modified(|set| {
-                if **set == new {
-                    return false;
-                }
-                let (added, removed) = diff(set, &new);
-                tracing::info!(name = %self.name, added = ?added, removed = ?removed, "dns discovery: {} addresses", new.len());
-                *set = Arc::new(new);
-                true
-            });
+            // This task is the only sender, so nothing changes between the look and the send.
+            if **tx.borrow() == new {
+                continue;
+            }
+            log_change(&self.name, &tx.borrow(), &new);
+            tx.send_replace(Arc::new(new));
         }
     }
 
@@ -260,8 +257,8 @@ impl Rounds {
             self.resolver.ipv4_lookup(self.name.clone()),
             self.resolver.ipv6_lookup(self.name.clone())
         );
-        let v4 = none_if_no_data(v4.map(|l| l.iter().map(|a| IpAddr::V4(a.0)).collect()))?;
-        let v6 = none_if_no_data(v6.map(|l| l.iter().map(|a| IpAddr::V6(a.0)).collect()))?;
+        let v4 = empty_if_no_data(v4.map(|l| l.iter().map(|a| IpAddr::V4(a.0)).collect()))?;
+        let v6 = empty_if_no_data(v6.map(|l| l.iter().map(|a| IpAddr::V6(a.0)).collect()))?;
         let port = self.port;
         Ok(v4
             .into_iter()
@@ -271,17 +268,25 @@ impl Rounds {
     }
 
     fn failed(&mut self, why: &dyn std::fmt::Display) {
-        let sets = "the last good set is kept";
         if self.failures.failed() {
-            let n = self.failures.count;
-            tracing::warn!(name = %self.name, failed_rounds = n, "dns discovery: {why}; {sets}");
+            let (name, n) = (&self.name, self.failures.count);
+            let kept = "the last good set is kept";
+            tracing::warn!(%name, failed_rounds = n, "dns discovery: {why}; {kept}");
         }
     }
 }
 
+fn log_change(name: &Name, old: &BTreeSet<SocketAddr>, new: &BTreeSet<SocketAddr>) {
+    let (added, removed) = diff(old, new);
+    // Counts at info (a Service of 1,000 pods would flood it), the addresses at debug.
+    let (n, a, r) = (new.len(), added.len(), removed.len());
+    tracing::info!(%name, addresses = n, added = a, removed = r, "dns discovery: new set");
+    tracing::debug!(%name, ?added, ?removed, "dns discovery: changes");
+}
+
 /// An authoritative "no such records" (NOERROR without answers, or NXDOMAIN) is an empty
 /// family; SERVFAIL, a timeout or a refused query is a failure.
-fn none_if_no_data(r: Result<Vec<IpAddr>, ResolveError>) -> Result<Vec<IpAddr>, ResolveError> {
+fn empty_if_no_data(r: Result<Vec<IpAddr>, ResolveError>) -> Result<Vec<IpAddr>, ResolveError> {
     match r {
         Err(e) if no_data(&e) => Ok(Vec::new()),
         other => other,

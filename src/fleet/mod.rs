@@ -2,6 +2,7 @@
 //! policy picks the endpoint, and only then is the route (passthrough or translation)
 //! chosen, from that endpoint's kind.
 
+pub mod discovery;
 mod endpoint;
 mod policy;
 mod pool;

@@ -220,8 +220,13 @@ pub fn check_url(url: &str) -> Result<(), String> {
     let uri: http::Uri = url.parse().map_err(|e| format!("not a URL: {e}"))?;
     match uri.scheme_str() {
         Some("http" | "https") => {}
-        Some("dns") if uri.port_u16().is_some() => {}
-        Some("dns") => return Err("dns:// needs a port (dns://NAME:PORT)".into()),
+        Some("dns") if uri.port_u16().is_none() => {
+            return Err("dns:// needs a port (dns://NAME:PORT)".into())
+        }
+        Some("dns") if crate::fleet::discovery::parse_dns_url(url).is_none() => {
+            return Err("dns://NAME:PORT needs a DNS name (not an IP address), no path".into())
+        }
+        Some("dns") => {}
         _ => return Err("must start with http://, https:// or dns://".into()),
     }
     if uri.host().is_none_or(str::is_empty) {

@@ -58,6 +58,8 @@ pub struct Config {
     pub pools: BTreeMap<String, PoolConfig>,
     /// The pool for requests that name no model. Default: the first pool by name.
     pub default_pool: Option<String>,
+    /// How `dns://NAME:PORT` endpoints are resolved (interval, nameserver).
+    pub discovery: crate::fleet::discovery::DiscoveryConfig,
 }
 
 /// Extra metric names to export beside lingo's own.
@@ -119,6 +121,7 @@ impl Default for Config {
             metrics: MetricsConfig::default(),
             pools: BTreeMap::new(),
             default_pool: None,
+            discovery: Default::default(),
         }
     }
 }
@@ -332,6 +335,7 @@ impl Config {
             self.validate_upstream()?;
         }
         self.validate_pools()?;
+        self.discovery.validate()?;
         if self.upstream.name.is_empty() {
             return Err(invalid("upstream.name", "must not be empty"));
         }

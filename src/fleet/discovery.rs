@@ -74,7 +74,7 @@ impl DiscoveryConfig {
 
 fn invalid(key: &'static str, message: &str) -> ConfigError {
     ConfigError::Invalid {
-        key,
+        key: key.to_string(),
         message: message.to_string(),
     }
 }

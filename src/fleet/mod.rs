@@ -6,6 +6,7 @@ pub mod discovery;
 mod endpoint;
 mod policy;
 mod pool;
+pub mod resolve;
 
 pub use endpoint::{Endpoint, Health, Ticket};
 pub use pool::{NoPick, Pool};

@@ -65,7 +65,14 @@ impl Pool {
                 metrics,
             },
         };
-        pool.replace(&cfg.endpoints);
+        // `dns://` entries have no address until discovery resolves them (`resolve`).
+        let fixed: Vec<EndpointConfig> = cfg
+            .endpoints
+            .iter()
+            .filter(|e| super::discovery::parse_dns_url(&e.url).is_none())
+            .cloned()
+            .collect();
+        pool.replace(&fixed);
         pool
     }
 

@@ -41,6 +41,9 @@ impl AppState {
     /// Probe at start-up so the first request does not pay for it; failures are logged
     /// and retried on demand.
     pub async fn warm_up(&self) {
+        // `dns://` endpoints get their addresses first, so they are probed with the rest.
+        let pools = self.config.pool_configs();
+        crate::fleet::resolve::start(&self.fleet, &pools, &self.config.discovery).await;
         let all: Vec<Arc<Endpoint>> = self
             .fleet
             .pools()

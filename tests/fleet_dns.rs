@@ -1,0 +1,165 @@
+//! A pool whose endpoints come from DNS (`dns://NAME:PORT`): mocks on 127.0.0.2, .3 and .4
+//! behind one name served by a DNS server the test runs; addresses join and leave while
+//! requests keep flowing, and none fails.
+
+#![allow(clippy::unwrap_used)] // a panic in a test is a failed test
+
+mod common;
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::dns::DnsServer;
+use common::{post_json, sum};
+use lingo::config::{Config, EndpointConfig, Policy, PoolConfig};
+use lingo::fleet::discovery::DiscoveryConfig;
+use lingo::mock::{MockConfig, MockKind, MockState};
+use lingo::upstream::KindSetting;
+use serde_json::{json, Value};
+
+const NAME: &str = "vllm.test.";
+
+fn ip(last: u8) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(127, 0, 0, last))
+}
+
+/// Mocks on 127.0.0.N for each N, all on one port (DNS gives addresses, not ports).
+async fn mocks_on_one_port(lasts: &[u8]) -> (u16, Vec<Arc<MockState>>) {
+    'attempt: for _ in 0..50 {
+        let first = tokio::net::TcpListener::bind((ip(lasts[0]), 0))
+            .await
+            .unwrap();
+        let port = first.local_addr().unwrap().port();
+        let mut listeners = vec![first];
+        for last in &lasts[1..] {
+            match tokio::net::TcpListener::bind((ip(*last), port)).await {
+                Ok(l) => listeners.push(l),
+                Err(_) => continue 'attempt,
+            }
+        }
+        let mut states = Vec::new();
+        for l in listeners {
+            let state = MockState::new(MockConfig {
+                kind: MockKind::Vllm,
+                model: "m".into(),
+                ..MockConfig::default()
+            });
+            tokio::spawn(lingo::mock::serve_with(l, state.clone()));
+            states.push(state);
+        }
+        return (port, states);
+    }
+    panic!("no port free on every address");
+}
+
+/// lingo through `serve`, which starts discovery (as `lingo serve` does).
+async fn lingo_serving(config: Config) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr: SocketAddr = listener.local_addr().unwrap();
+    tokio::spawn(lingo::proxy::serve(
+        listener,
+        config,
+        std::future::pending(),
+    ));
+    // `serve` warms up (first lookups, kind probes) before it accepts; until then a
+    // request waits in the listener's backlog.
+    format!("http://{addr}")
+}
+
+async fn complete(base: &str) {
+    let body = json!({"model": "m", "prompt": "hello", "max_tokens": 2});
+    let r = post_json(&format!("{base}/v1/completions"), &body).await;
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+}
+
+fn served(states: &[Arc<MockState>]) -> Vec<u64> {
+    states.iter().map(|s| s.stats().requests).collect()
+}
+
+async fn fleet_urls(base: &str) -> Vec<String> {
+    let v: Value = common::get_json(&format!("{base}/fleet")).await;
+    v["pools"][0]["endpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["url"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[tokio::test]
+async fn addresses_join_and_leave_while_requests_flow() {
+    let dns = DnsServer::start().await;
+    dns.set(NAME, &[ip(2), ip(3)]);
+    let (port, mocks) = mocks_on_one_port(&[2, 3, 4]).await;
+    let mut config = Config::default();
+    config.pools.insert(
+        "q".into(),
+        PoolConfig {
+            policy: Policy::RoundRobin,
+            endpoints: vec![EndpointConfig::new(
+                &format!("dns://{NAME}:{port}"),
+                KindSetting::Vllm,
+            )],
+            ..PoolConfig::default()
+        },
+    );
+    config.discovery = DiscoveryConfig {
+        interval: Duration::from_millis(100),
+        nameserver: Some(dns.addr),
+    };
+    config.validate().unwrap();
+    let base = lingo_serving(config).await;
+
+    for _ in 0..10 {
+        complete(&base).await;
+    }
+    assert_eq!(served(&mocks), vec![5, 5, 0]);
+
+    // A third address joins: it starts getting requests, and no request fails meanwhile.
+    dns.set(NAME, &[ip(2), ip(3), ip(4)]);
+    let mut joined = false;
+    for _ in 0..500 {
+        complete(&base).await;
+        if served(&mocks)[2] > 0 {
+            joined = true;
+            break;
+        }
+    }
+    assert!(
+        joined,
+        "127.0.0.4 never got a request: {:?}",
+        served(&mocks)
+    );
+
+    // The first leaves: once lingo's set no longer has it, it gets nothing more.
+    dns.set(NAME, &[ip(3), ip(4)]);
+    let gone = format!("127.0.0.2:{port}");
+    let mut left = false;
+    for _ in 0..500 {
+        complete(&base).await;
+        if !fleet_urls(&base).await.iter().any(|u| u.contains(&gone)) {
+            left = true;
+            break;
+        }
+    }
+    assert!(
+        left,
+        "127.0.0.2 still in the pool: {:?}",
+        fleet_urls(&base).await
+    );
+    let before = served(&mocks)[0];
+    for _ in 0..10 {
+        complete(&base).await;
+    }
+    assert_eq!(served(&mocks)[0], before, "a removed address got requests");
+
+    let text = common::scrape(&base).await;
+    assert_eq!(sum(&text, "lingo_requests_in_flight", &[]), 0.0, "{text}");
+    let failed = sum(
+        &text,
+        "lingo_requests_total",
+        &[("outcome", "upstream_error")],
+    );
+    assert_eq!(failed, 0.0, "{text}");
+}

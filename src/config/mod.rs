@@ -13,7 +13,7 @@ use crate::upstream::KindSetting;
 
 mod fleet;
 
-pub use fleet::{check_url, EndpointConfig, Policy, PoolConfig};
+pub use fleet::{check_url, EndpointConfig, HealthConfig, Policy, PoolConfig};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -58,6 +58,8 @@ pub struct Config {
     pub pools: BTreeMap<String, PoolConfig>,
     /// The pool for requests that name no model. Default: the first pool by name.
     pub default_pool: Option<String>,
+    /// Health checks of every pool without its own `health` (see `fleet.rs`).
+    pub health: HealthConfig,
 }
 
 /// Extra metric names to export beside lingo's own.
@@ -119,6 +121,7 @@ impl Default for Config {
             metrics: MetricsConfig::default(),
             pools: BTreeMap::new(),
             default_pool: None,
+            health: HealthConfig::default(),
         }
     }
 }

@@ -372,6 +372,27 @@ mod tests {
     }
 
     #[test]
+    fn health_keys_have_defaults_and_validate_names_them() {
+        let cfg: Config = toml::from_str(
+            "[pools.a]\nendpoints = [{url = \"http://a:1\"}]\n[pools.a.health]\ninterval = \"50ms\"",
+        )
+        .unwrap();
+        cfg.validate().unwrap();
+        let h = cfg.health_for(&cfg.pools["a"]);
+        assert_eq!(h.interval, Duration::from_millis(50));
+        assert_eq!((h.unhealthy_after, h.healthy_after), (3, 1));
+        assert_eq!(cfg.pools["a"].retries, 2);
+        let e = err("[health]\ninterval = \"0s\"");
+        assert!(e.contains("health.interval"), "{e}");
+        let e = err(
+            "[pools.a]\nendpoints = [{url = \"http://a:1\"}]\n[pools.a.health]\nunhealthy_after = 0",
+        );
+        assert!(e.contains("pools.a.health.unhealthy_after"), "{e}");
+        let e = err("[health]\nbackoff = \"10s\"\nmax_backoff = \"1s\"");
+        assert!(e.contains("health.max_backoff"), "{e}");
+    }
+
+    #[test]
     fn a_pool_duplicated_in_the_file_is_refused_by_toml() {
         let e = toml::from_str::<Config>(
             "[pools.a]\nendpoints = [{url = \"http://a:1\"}]\n\

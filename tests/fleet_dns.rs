@@ -108,6 +108,8 @@ async fn addresses_join_and_leave_while_requests_flow() {
         interval: Duration::from_millis(100),
         nameserver: Some(dns.addr),
     };
+    // A new address starts pending and takes requests after its first passing probe.
+    config.health.interval = Duration::from_millis(100);
     config.validate().unwrap();
     let base = lingo_serving(config).await;
 

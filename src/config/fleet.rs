@@ -2,6 +2,7 @@
 //! a single-upstream config (`[upstream]`, `--upstream`) stands for.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -48,7 +49,73 @@ pub struct PoolConfig {
     pub policy: Policy,
     /// The header `session` hashes. Default `x-session-id`.
     pub session_header: String,
+    /// How many times a request that failed before its first byte reached the client is sent
+    /// to another endpoint of the pool (within the retry budget). Default 2.
+    pub retries: u32,
+    /// This pool's health checks. Default: the top-level `[health]`.
+    pub health: Option<HealthConfig>,
     pub endpoints: Vec<EndpointConfig>,
+}
+
+/// `[health]` (or `[pools.NAME.health]`): active probes and passive ejection.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HealthConfig {
+    /// Time between two probes of an endpoint. Default 5s.
+    #[serde(with = "humantime_serde")]
+    pub interval: Duration,
+    /// A probe that has not answered by then fails. Default 2s.
+    #[serde(with = "humantime_serde")]
+    pub timeout: Duration,
+    /// Consecutive failures (real requests or probes) that take an endpoint out. Default 3.
+    pub unhealthy_after: u32,
+    /// Consecutive passing probes that bring a pending or ejected endpoint in. Default 1.
+    pub healthy_after: u32,
+    /// The first ejection's length; each ejection in a row doubles it. Default 1s.
+    #[serde(with = "humantime_serde")]
+    pub backoff: Duration,
+    /// The longest ejection. Default 30s.
+    #[serde(with = "humantime_serde")]
+    pub max_backoff: Duration,
+}
+
+impl Default for HealthConfig {
+    fn default() -> HealthConfig {
+        HealthConfig {
+            interval: Duration::from_secs(5),
+            timeout: Duration::from_secs(2),
+            unhealthy_after: 3,
+            healthy_after: 1,
+            backoff: Duration::from_secs(1),
+            max_backoff: Duration::from_secs(30),
+        }
+    }
+}
+
+impl HealthConfig {
+    pub(super) fn validate(&self, key: &str) -> Result<(), ConfigError> {
+        for (name, zero) in [
+            ("interval", self.interval.is_zero()),
+            ("timeout", self.timeout.is_zero()),
+            ("unhealthy_after", self.unhealthy_after == 0),
+            ("healthy_after", self.healthy_after == 0),
+            ("backoff", self.backoff.is_zero()),
+        ] {
+            if zero {
+                return Err(invalid_at(
+                    &format!("{key}.{name}"),
+                    "must be greater than zero",
+                ));
+            }
+        }
+        if self.max_backoff < self.backoff {
+            return Err(invalid_at(
+                &format!("{key}.max_backoff"),
+                "must be at least health.backoff",
+            ));
+        }
+        Ok(())
+    }
 }
 
 impl Default for PoolConfig {
@@ -57,6 +124,8 @@ impl Default for PoolConfig {
             models: Vec::new(),
             policy: Policy::default(),
             session_header: "x-session-id".into(),
+            retries: 2,
+            health: None,
             endpoints: Vec::new(),
         }
     }
@@ -139,6 +208,11 @@ impl Config {
         BTreeMap::from([(u.name.clone(), pool)])
     }
 
+    /// A pool's health checks: its own, else `[health]`.
+    pub fn health_for(&self, pool: &PoolConfig) -> HealthConfig {
+        pool.health.clone().unwrap_or_else(|| self.health.clone())
+    }
+
     /// The pool for requests that name no model: `default_pool`, else the first by name.
     pub fn default_pool_name(&self) -> String {
         match &self.default_pool {
@@ -148,6 +222,7 @@ impl Config {
     }
 
     pub(super) fn validate_pools(&self) -> Result<(), ConfigError> {
+        self.health.validate("health")?;
         if let Some(p) = &self.default_pool {
             if !self.pools.contains_key(p) {
                 return Err(invalid_at("default_pool", format!("no pool named `{p}`")));
@@ -186,6 +261,9 @@ impl Config {
                         format!("`{m}` is served by pool `{other}` too"),
                     ));
                 }
+            }
+            if let Some(h) = &pool.health {
+                h.validate(&format!("{key}.health"))?;
             }
             for (i, ep) in pool.endpoints.iter().enumerate() {
                 validate_endpoint(&format!("{key}.endpoints[{i}]"), ep)?;
@@ -296,6 +374,27 @@ mod tests {
         assert!(e.contains("default_pool"), "{e}");
         let e = err("[pools.q]\nendpoints = [{url = \"dns://svc\"}]");
         assert!(e.contains("pools.q.endpoints[0].url"), "{e}");
+    }
+
+    #[test]
+    fn health_keys_have_defaults_and_validate_names_them() {
+        let cfg: Config = toml::from_str(
+            "[pools.a]\nendpoints = [{url = \"http://a:1\"}]\n[pools.a.health]\ninterval = \"50ms\"",
+        )
+        .unwrap();
+        cfg.validate().unwrap();
+        let h = cfg.health_for(&cfg.pools["a"]);
+        assert_eq!(h.interval, Duration::from_millis(50));
+        assert_eq!((h.unhealthy_after, h.healthy_after), (3, 1));
+        assert_eq!(cfg.pools["a"].retries, 2);
+        let e = err("[health]\ninterval = \"0s\"");
+        assert!(e.contains("health.interval"), "{e}");
+        let e = err(
+            "[pools.a]\nendpoints = [{url = \"http://a:1\"}]\n[pools.a.health]\nunhealthy_after = 0",
+        );
+        assert!(e.contains("pools.a.health.unhealthy_after"), "{e}");
+        let e = err("[health]\nbackoff = \"10s\"\nmax_backoff = \"1s\"");
+        assert!(e.contains("health.max_backoff"), "{e}");
     }
 
     #[test]

@@ -13,7 +13,7 @@ use crate::upstream::KindSetting;
 
 mod fleet;
 
-pub use fleet::{check_url, EndpointConfig, Policy, PoolConfig};
+pub use fleet::{check_url, EndpointConfig, HealthConfig, Policy, PoolConfig};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -60,6 +60,8 @@ pub struct Config {
     pub default_pool: Option<String>,
     /// How `dns://NAME:PORT` endpoints are resolved (interval, nameserver).
     pub discovery: crate::fleet::discovery::DiscoveryConfig,
+    /// Health checks of every pool without its own `health` (see `fleet.rs`).
+    pub health: HealthConfig,
 }
 
 /// Extra metric names to export beside lingo's own.
@@ -122,6 +124,7 @@ impl Default for Config {
             pools: BTreeMap::new(),
             default_pool: None,
             discovery: Default::default(),
+            health: HealthConfig::default(),
         }
     }
 }

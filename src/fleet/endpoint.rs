@@ -4,7 +4,9 @@ use std::sync::atomic::{AtomicI64, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::SystemTime;
 
+use super::health::{self, Change, Seen, Vitals};
 use crate::config::EndpointConfig;
+use crate::config::HealthConfig;
 use crate::config::{Limits, Timeouts};
 use crate::metrics::{Metrics, OnEnd, Outcome};
 use crate::upstream::{detect_kind, list_models, redact_url, Client, Kind, ModelCard};
@@ -12,7 +14,7 @@ use crate::upstream::{detect_kind, list_models, redact_url, Client, Kind, ModelC
 /// Where an endpoint stands; the picker reads it, probes and outcomes write it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Health {
-    /// Not yet known to work (its kind not detected yet).
+    /// Not yet known to work: no probe has passed yet (kind detection counts as one).
     Pending,
     Healthy,
     /// Taken out of rotation.
@@ -70,6 +72,11 @@ pub struct Endpoint {
     in_flight: AtomicUsize,
     requests: AtomicU64,
     last_error: Mutex<Option<(String, SystemTime)>>,
+    vitals: Mutex<Vitals>,
+    health_cfg: Arc<HealthConfig>,
+    /// How many of the pool's endpoints are healthy (kept by `set_health`), so a passive
+    /// signal never takes out the last one.
+    pool_healthy: Arc<AtomicUsize>,
     /// Smooth weighted round robin's running weight (read under the pool's pick lock).
     pub(super) current: AtomicI64,
     metrics: Arc<Metrics>,
@@ -82,6 +89,8 @@ pub struct Setup<'a> {
     pub timeouts: &'a Timeouts,
     pub limits: &'a Limits,
     pub metrics: Arc<Metrics>,
+    pub health: Arc<HealthConfig>,
+    pub pool_healthy: Arc<AtomicUsize>,
 }
 
 impl Endpoint {
@@ -97,12 +106,7 @@ impl Endpoint {
             }
         }
         let kind = Kind::from_setting(cfg.kind);
-        // A configured kind has nothing to wait for (health probes come later).
-        let health = if kind.is_some() {
-            Health::Healthy
-        } else {
-            Health::Pending
-        };
+        s.metrics.endpoint_health(&s.pool, &s.label, false);
         Endpoint {
             client,
             url: cfg.url.clone(),
@@ -114,10 +118,13 @@ impl Endpoint {
             kind: RwLock::new(kind),
             detecting: tokio::sync::Mutex::new(()),
             models: RwLock::new(Vec::new()),
-            health: AtomicU8::new(health.as_u8()),
+            health: AtomicU8::new(Health::Pending.as_u8()),
             in_flight: AtomicUsize::new(0),
             requests: AtomicU64::new(0),
             last_error: Mutex::new(None),
+            vitals: Mutex::new(Vitals::new(&s.health)),
+            health_cfg: s.health,
+            pool_healthy: s.pool_healthy,
             current: AtomicI64::new(0),
             metrics: s.metrics,
         }
@@ -127,8 +134,111 @@ impl Endpoint {
         Health::from_u8(self.health.load(Ordering::Relaxed))
     }
 
+    /// Change the state, keeping the pool's healthy count and the gauge with it.
     pub fn set_health(&self, h: Health) {
-        self.health.store(h.as_u8(), Ordering::Relaxed);
+        let old = Health::from_u8(self.health.swap(h.as_u8(), Ordering::Relaxed));
+        match (old == Health::Healthy, h == Health::Healthy) {
+            (false, true) => {
+                self.pool_healthy.fetch_add(1, Ordering::Relaxed);
+            }
+            (true, false) => {
+                self.pool_healthy.fetch_sub(1, Ordering::Relaxed);
+            }
+            _ => return,
+        }
+        self.metrics
+            .endpoint_health(&self.pool, &self.label, h == Health::Healthy);
+        tracing::info!(
+            url = self.shown,
+            pool = &*self.pool,
+            from = old.label(),
+            to = h.label(),
+            "endpoint state"
+        );
+    }
+
+    /// Times this endpoint was taken out of rotation.
+    pub fn ejections(&self) -> u64 {
+        self.vitals().ejections
+    }
+
+    fn vitals(&self) -> std::sync::MutexGuard<'_, Vitals> {
+        self.vitals.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether this is the pool's only healthy endpoint.
+    fn is_last(&self) -> bool {
+        self.health() == Health::Healthy && self.pool_healthy.load(Ordering::Relaxed) <= 1
+    }
+
+    fn apply(&self, change: Change) {
+        match change {
+            Change::None => {}
+            Change::Healthy => self.set_health(Health::Healthy),
+            Change::Eject => {
+                self.metrics.endpoint_ejected(&self.pool, &self.label);
+                self.set_health(Health::Ejected);
+            }
+        }
+    }
+
+    /// Whether an ejected endpoint may be probed back in.
+    pub fn ejection_over(&self) -> bool {
+        health::due(&self.vitals())
+    }
+
+    pub fn probe_passed(&self) {
+        let change = health::passed(&mut self.vitals(), &self.health_cfg, self.health());
+        self.apply(change);
+    }
+
+    pub fn probe_failed(&self, why: String) {
+        self.note_error(why);
+        let change = health::failed(
+            &mut self.vitals(),
+            &self.health_cfg,
+            self.health(),
+            Seen::Probe,
+            self.is_last(),
+        );
+        self.apply(change);
+    }
+
+    /// A real request on this endpoint ended: failures (upstream errors, timeouts) count
+    /// toward ejection, a success ends the run; client errors and cancellations say nothing.
+    fn request_ended(&self, outcome: Outcome) {
+        match outcome {
+            Outcome::Ok => health::succeeded(&mut self.vitals(), &self.health_cfg),
+            Outcome::UpstreamError | Outcome::Timeout => {
+                self.note_error(format!("request failed: {}", outcome.label()));
+                let change = health::failed(
+                    &mut self.vitals(),
+                    &self.health_cfg,
+                    self.health(),
+                    Seen::Request,
+                    self.is_last(),
+                );
+                self.apply(change);
+            }
+            Outcome::ClientError | Outcome::Cancelled => {}
+        }
+    }
+
+    /// The endpoint answered a 429 or 503 with `Retry-After`: out for that long (never the
+    /// pool's last healthy endpoint), back after a passing probe.
+    pub fn note_answer(&self, status: http::StatusCode, headers: &http::HeaderMap) {
+        if !matches!(status.as_u16(), 429 | 503) {
+            return;
+        }
+        let Some(secs) = retry_after(headers) else {
+            return;
+        };
+        self.note_error(format!(
+            "answered {} with Retry-After: {secs}",
+            status.as_u16()
+        ));
+        let change = health::hold_off(&mut self.vitals(), self.health(), secs, self.is_last());
+        self.apply(change);
     }
 
     pub fn in_flight(&self) -> usize {
@@ -164,8 +274,20 @@ impl Endpoint {
     }
 
     /// The endpoint's kind: configured, or probed (again after a failed probe, so lingo may
-    /// start before its servers do). A successful probe makes a pending endpoint healthy.
+    /// start before its servers do). A successful detection counts as a passing probe.
     pub async fn kind(&self) -> Option<Kind> {
+        if let Some(k) = self.kind_now() {
+            return Some(k);
+        }
+        let k = self.detect().await;
+        if k.is_some() {
+            self.probe_passed();
+        }
+        k
+    }
+
+    /// Detect the kind (once at a time), without counting it as a probe.
+    pub(super) async fn detect(&self) -> Option<Kind> {
         if let Some(k) = self.kind_now() {
             return Some(k);
         }
@@ -185,9 +307,6 @@ impl Endpoint {
         tracing::info!(url = self.shown, group = self.group, kind = kind.label(), %why, "detected endpoint kind");
         if let Ok(mut slot) = self.kind.write() {
             *slot = Some(kind);
-        }
-        if self.health() == Health::Pending {
-            self.set_health(Health::Healthy);
         }
         Some(kind)
     }
@@ -234,12 +353,24 @@ impl Ticket {
         let ep = &self.endpoint;
         ep.in_flight.fetch_sub(1, Ordering::Relaxed);
         ep.metrics.endpoint_finished(&ep.pool, &ep.label, outcome);
+        ep.request_ended(outcome);
     }
 
     /// The ticket as a record's end hook.
     pub fn into_hook(self) -> OnEnd {
         Box::new(move |outcome| self.end(outcome))
     }
+}
+
+/// `Retry-After` in seconds (the HTTP-date form is not used by inference servers).
+fn retry_after(headers: &http::HeaderMap) -> Option<u64> {
+    headers
+        .get(http::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 impl Drop for Ticket {

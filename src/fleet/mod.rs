@@ -4,11 +4,14 @@
 
 pub mod discovery;
 mod endpoint;
+mod failover;
+mod health;
 mod policy;
 mod pool;
 pub mod resolve;
 
 pub use endpoint::{Endpoint, Health, Ticket};
+pub use failover::{Budget, Reason};
 pub use pool::{NoPick, Pool};
 
 use std::sync::{Arc, Mutex};
@@ -45,6 +48,7 @@ impl Fleet {
                 Arc::new(Pool::new(
                     name,
                     cfg,
+                    config.health_for(cfg),
                     &config.timeouts,
                     &config.limits,
                     metrics.clone(),
@@ -130,11 +134,30 @@ impl Fleet {
         self.model_cards()
     }
 
-    /// Pick an endpoint of `pool` for a request with session key `key`, or the error a
-    /// client gets: the kind still unknown (as a single upstream always said), or a 503
-    /// with `Retry-After` when every endpoint is out.
-    pub async fn pick(&self, pool: &Pool, key: Option<&str>) -> Result<Arc<Endpoint>, ProxyError> {
-        pool.pick(key).await.map_err(|why| match why {
+    /// Start every pool's probes (once; see `Pool::start_probes`): `serve`'s warm-up.
+    pub async fn start_probes(&self) {
+        futures_util::future::join_all(self.pools.iter().map(|p| p.start_probes())).await;
+    }
+
+    /// A router built in-process (`proxy::app`) starts a fleet's probes at its first use. A
+    /// single upstream's stays probe-free there, as it always was: it has nowhere to fail
+    /// over to, and tests of one upstream count its every connection.
+    pub async fn first_use(&self) {
+        if !self.is_single() {
+            self.start_probes().await;
+        }
+    }
+
+    /// Pick an endpoint of `pool` for a request with session key `key`, not one of `tried`,
+    /// or the error a client gets: the kind still unknown (as a single upstream always
+    /// said), or a 503 with `Retry-After` when every endpoint is out.
+    pub async fn pick(
+        &self,
+        pool: &Pool,
+        key: Option<&str>,
+        tried: &[Arc<Endpoint>],
+    ) -> Result<Arc<Endpoint>, ProxyError> {
+        pool.pick(key, tried).await.map_err(|why| match why {
             NoPick::Unknown(group) => ProxyError::UpstreamUnreachable(format!(
                 "could not detect the kind of `{group}` (set --upstream-kind)"
             )),

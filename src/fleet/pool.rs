@@ -2,11 +2,13 @@
 //! seam discovery uses), and the policy that picks among them.
 
 use std::collections::HashSet;
+use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex, RwLock};
 
 use super::endpoint::{Endpoint, Health, Setup};
+use super::failover::Budget;
 use super::{policy, MAX_ENDPOINT_LABELS};
-use crate::config::{EndpointConfig, Limits, Policy, PoolConfig, Timeouts};
+use crate::config::{EndpointConfig, HealthConfig, Limits, Policy, PoolConfig, Timeouts};
 use crate::metrics::Metrics;
 use crate::upstream::{ModelCard, Models};
 
@@ -16,6 +18,14 @@ pub struct Pool {
     pub session_header: http::HeaderName,
     /// Configured models (empty: the endpoints' own lists decide).
     pub models: Vec<String>,
+    pub health: Arc<HealthConfig>,
+    /// Extra attempts a request may make on other endpoints (`retries`).
+    pub retries: u32,
+    pub budget: Budget,
+    /// Healthy endpoints in the set (each endpoint keeps it as its state changes).
+    healthy: Arc<AtomicUsize>,
+    /// Set once the first round of probes has run and the probe task is spawned.
+    probing: tokio::sync::OnceCell<()>,
     endpoints: RwLock<Arc<Vec<Arc<Endpoint>>>>,
     /// Endpoints removed from the set while requests were in flight on them.
     draining: Mutex<Vec<Arc<Endpoint>>>,
@@ -45,11 +55,17 @@ impl Pool {
     pub fn new(
         name: &str,
         cfg: &PoolConfig,
+        health: HealthConfig,
         timeouts: &Timeouts,
         limits: &Limits,
         metrics: Arc<Metrics>,
     ) -> Pool {
         let pool = Pool {
+            health: Arc::new(health),
+            retries: cfg.retries,
+            budget: Budget::default(),
+            healthy: Arc::new(AtomicUsize::new(0)),
+            probing: tokio::sync::OnceCell::new(),
             name: Arc::from(name),
             policy: cfg.policy,
             session_header: http::HeaderName::from_bytes(cfg.session_header.as_bytes())
@@ -124,6 +140,8 @@ impl Pool {
             timeouts: &self.build.timeouts,
             limits: &self.build.limits,
             metrics: self.build.metrics.clone(),
+            health: self.health.clone(),
+            pool_healthy: self.healthy.clone(),
         };
         Endpoint::new(cfg, &group, setup)
     }
@@ -189,20 +207,43 @@ impl Pool {
             .find_map(|e| e.models().first().map(|c| c.id.clone()))
     }
 
-    /// Pick an endpoint for a request. Only healthy endpoints are chosen; when none is, the
-    /// pending ones are probed now (so lingo may start before its servers), once each.
-    pub async fn pick(&self, key: Option<&str>) -> Result<Arc<Endpoint>, NoPick> {
-        if let Some(e) = self.pick_healthy(key) {
+    /// Run the first round of probes and start the pool's probe task, once: `serve` does it
+    /// at warm-up; a router built in-process does it at its first use.
+    pub async fn start_probes(self: &Arc<Self>) {
+        self.probing
+            .get_or_init(|| async {
+                super::health::round(self).await;
+                super::health::spawn(self);
+            })
+            .await;
+    }
+
+    /// Pick an endpoint for a request, not one of `tried`. Healthy endpoints are chosen;
+    /// when none is, pending ones are: those of an unknown kind are detected now (so lingo
+    /// may start before its servers), once each; the others are tried as they are. Ejected
+    /// endpoints never are.
+    pub async fn pick(
+        &self,
+        key: Option<&str>,
+        tried: &[Arc<Endpoint>],
+    ) -> Result<Arc<Endpoint>, NoPick> {
+        if let Some(e) = self.pick_in(Health::Healthy, key, tried) {
             return Ok(e);
         }
         let set = self.endpoints();
         let mut unknown = None;
-        for e in set.iter().filter(|e| e.health() == Health::Pending) {
+        let pending = set
+            .iter()
+            .filter(|e| e.health() == Health::Pending && e.kind_now().is_none());
+        for e in pending {
             if e.kind().await.is_none() {
                 unknown.get_or_insert_with(|| e.group.clone());
             }
         }
-        if let Some(e) = self.pick_healthy(key) {
+        if let Some(e) = self.pick_in(Health::Healthy, key, tried) {
+            return Ok(e);
+        }
+        if let Some(e) = self.pick_in(Health::Pending, key, tried) {
             return Ok(e);
         }
         match unknown {
@@ -211,20 +252,34 @@ impl Pool {
         }
     }
 
-    fn pick_healthy(&self, key: Option<&str>) -> Option<Arc<Endpoint>> {
-        let set = self.endpoints();
-        let healthy: Vec<Arc<Endpoint>> = set
+    /// Whether a healthy endpoint other than `tried` is left (somewhere to fail over to).
+    pub fn has_other(&self, tried: &[Arc<Endpoint>]) -> bool {
+        self.endpoints()
             .iter()
-            .filter(|e| e.health() == Health::Healthy)
+            .any(|e| e.health() == Health::Healthy && !tried.iter().any(|t| Arc::ptr_eq(t, e)))
+    }
+
+    fn pick_in(
+        &self,
+        state: Health,
+        key: Option<&str>,
+        tried: &[Arc<Endpoint>],
+    ) -> Option<Arc<Endpoint>> {
+        let set = self.endpoints();
+        let candidates: Vec<Arc<Endpoint>> = set
+            .iter()
+            .filter(|e| e.health() == state)
+            .filter(|e| state != Health::Pending || e.kind_now().is_some())
+            .filter(|e| !tried.iter().any(|t| Arc::ptr_eq(t, e)))
             .cloned()
             .collect();
-        if healthy.is_empty() {
+        if candidates.is_empty() {
             return None;
         }
         let _rr = match self.policy {
             Policy::RoundRobin => Some(self.pick_lock.lock().unwrap_or_else(|e| e.into_inner())),
             _ => None,
         };
-        Some(policy::pick(self.policy, &healthy, key))
+        Some(policy::pick(self.policy, &candidates, key))
     }
 }

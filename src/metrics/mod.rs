@@ -62,6 +62,9 @@ pub struct Metrics {
     decode_errors: IntCounterVec,
     endpoint_requests: IntCounterVec,
     endpoint_in_flight: IntGaugeVec,
+    endpoint_healthy: IntGaugeVec,
+    endpoint_ejections: IntCounterVec,
+    endpoint_retries: IntCounterVec,
     vllm: Option<vllm::VllmCompat>,
     log: Option<RequestLog>,
     /// Record nothing (`--no-metrics`, to measure what metrics cost).
@@ -145,6 +148,19 @@ impl Metrics {
                 &["pool", "endpoint", "outcome"],
             ),
             endpoint_in_flight,
+            endpoint_healthy: gauge(&r, ENDPOINT_HEALTHY, &["pool", "endpoint"]),
+            endpoint_ejections: counter(
+                &r,
+                ENDPOINT_EJECTIONS.0,
+                ENDPOINT_EJECTIONS.1,
+                &["pool", "endpoint"],
+            ),
+            endpoint_retries: counter(
+                &r,
+                ENDPOINT_RETRIES.0,
+                ENDPOINT_RETRIES.1,
+                &["pool", "reason"],
+            ),
             vllm: None,
             log: None,
             off: false,
@@ -200,6 +216,36 @@ impl Metrics {
             .dec();
         self.endpoint_requests
             .with_label_values(&[pool, endpoint, outcome.label()])
+            .inc();
+    }
+
+    /// An endpoint became healthy (or stopped being).
+    pub fn endpoint_health(&self, pool: &str, endpoint: &str, healthy: bool) {
+        if self.off {
+            return;
+        }
+        self.endpoint_healthy
+            .with_label_values(&[pool, endpoint])
+            .set(i64::from(healthy));
+    }
+
+    /// An endpoint was taken out of rotation.
+    pub fn endpoint_ejected(&self, pool: &str, endpoint: &str) {
+        if self.off {
+            return;
+        }
+        self.endpoint_ejections
+            .with_label_values(&[pool, endpoint])
+            .inc();
+    }
+
+    /// A request was sent to another endpoint of `pool` (`reason` from a closed set).
+    pub fn endpoint_retried(&self, pool: &str, reason: &'static str) {
+        if self.off {
+            return;
+        }
+        self.endpoint_retries
+            .with_label_values(&[pool, reason])
             .inc();
     }
 

@@ -108,6 +108,18 @@ pub const ENDPOINT_IN_FLIGHT: (&str, &str) = (
     "lingo_endpoint_in_flight",
     "Requests in flight on an endpoint, held until each response body ends or is dropped.",
 );
+pub const ENDPOINT_HEALTHY: (&str, &str) = (
+    "lingo_endpoint_healthy",
+    "1 while an endpoint is healthy (taking requests), else 0 (pending, ejected or draining).",
+);
+pub const ENDPOINT_EJECTIONS: (&str, &str) = (
+    "lingo_endpoint_ejections_total",
+    "Times an endpoint was taken out of rotation (failures in a row, failed probes, Retry-After).",
+);
+pub const ENDPOINT_RETRIES: (&str, &str) = (
+    "lingo_endpoint_retries_total",
+    "Requests sent to another endpoint of their pool after one failed before its first byte, by reason.",
+);
 
 #[cfg(test)]
 mod tests {

@@ -42,6 +42,11 @@ impl OpenRecord {
         }
     }
 
+    /// Take the end hook back without running it (its attempt is being ended apart).
+    pub fn take_on_end(&mut self) -> Option<OnEnd> {
+        self.on_end.take()
+    }
+
     /// Give the request its final labels once the model is known; what was counted under the
     /// old ones (in flight, running) moves to the new.
     pub fn relabel(&mut self, labels: Labels) {

@@ -12,6 +12,7 @@ use super::AppState;
 use crate::fleet::{Endpoint, Health};
 
 pub async fn fleet(State(st): State<Arc<AppState>>) -> Response {
+    st.fleet.first_use().await;
     let pools: Vec<Value> = st
         .fleet
         .pools()
@@ -24,6 +25,7 @@ pub async fn fleet(State(st): State<Arc<AppState>>) -> Response {
                 "policy": p.policy.label(),
                 "models": p.model_cards().into_iter().map(|c| c.id).collect::<Vec<_>>(),
                 "default": Arc::ptr_eq(p, st.fleet.default_pool()),
+                "retries": p.retries,
                 "endpoints": endpoints,
             })
         })
@@ -46,6 +48,7 @@ fn endpoint(e: &Endpoint) -> Value {
         "state": e.health().label(),
         "in_flight": e.in_flight(),
         "requests": e.requests(),
+        "ejections": e.ejections(),
         "weight": e.weight,
         "last_error": last_error,
     })
@@ -54,15 +57,8 @@ fn endpoint(e: &Endpoint) -> Value {
 /// 200 when every pool has a healthy endpoint (old scripts poll `/health`), else 503 naming
 /// the pools without one.
 pub async fn health(st: &AppState) -> Response {
-    // Until probes run on their own, a pending endpoint is probed when asked about.
-    let pending: Vec<Arc<Endpoint>> = st
-        .fleet
-        .pools()
-        .iter()
-        .flat_map(|p| p.endpoints().iter().cloned().collect::<Vec<_>>())
-        .filter(|e| e.health() == Health::Pending)
-        .collect();
-    futures_util::future::join_all(pending.iter().map(|e| e.kind())).await;
+    // The probes' state (their first round runs now if nothing has started them).
+    st.fleet.first_use().await;
     let down: Vec<String> = st
         .fleet
         .pools()

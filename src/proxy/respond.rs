@@ -60,6 +60,33 @@ impl Arrival {
     }
 }
 
+impl Arrival {
+    /// Give the record back after a failed attempt, so the next attempt takes it again.
+    pub fn restore(&self, rec: OpenRecord) {
+        *self.open.lock().unwrap_or_else(|e| e.into_inner()) = Some(rec);
+    }
+
+    /// End the current attempt's hold on its endpoint with `outcome` (it failed before any
+    /// output; the request goes on elsewhere).
+    pub fn release(&self, outcome: Outcome) {
+        let hook = self
+            .open
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_mut()
+            .and_then(|r| r.take_on_end());
+        if let Some(end) = hook {
+            end(outcome);
+        }
+    }
+
+    /// The record as the last attempt left it (labels, stream flag), to answer an error.
+    pub fn take(&self, st: &AppState, dialect: Dialect) -> OpenRecord {
+        let taken = self.open.lock().unwrap_or_else(|e| e.into_inner()).take();
+        taken.unwrap_or_else(|| record(st, dialect, None, self))
+    }
+}
+
 fn labels(st: &AppState, dialect: Dialect, model: Option<&str>) -> Labels {
     Labels {
         dialect: dialect.label(),

@@ -44,13 +44,8 @@ impl AppState {
         // `dns://` endpoints get their addresses first, so they are probed with the rest.
         let pools = self.config.pool_configs();
         crate::fleet::resolve::start(&self.fleet, &pools, &self.config.discovery).await;
-        let all: Vec<Arc<Endpoint>> = self
-            .fleet
-            .pools()
-            .iter()
-            .flat_map(|p| p.endpoints().iter().cloned().collect::<Vec<_>>())
-            .collect();
-        futures_util::future::join_all(all.iter().map(|e| e.kind())).await;
+        // The first round of probes detects unknown kinds too.
+        self.fleet.start_probes().await;
         let names: Vec<String> = self.refresh_models(true).await;
         if !names.is_empty() {
             tracing::info!(?names, "upstream models");
@@ -96,13 +91,14 @@ impl AppState {
     /// ...): the default pool's first healthy one, probing pending ones if none is.
     pub async fn aux_endpoint(&self) -> Result<(Arc<Endpoint>, Kind), ProxyError> {
         let pool = self.fleet.default_pool();
+        self.fleet.first_use().await;
         let set = pool.endpoints();
         let healthy = set
             .iter()
             .find(|e| e.health() == crate::fleet::Health::Healthy);
         let ep = match healthy {
             Some(e) => e.clone(),
-            None => self.fleet.pick(pool, None).await?,
+            None => self.fleet.pick(pool, None, &[]).await?,
         };
         match ep.kind().await {
             Some(k) => Ok((ep, k)),

@@ -18,7 +18,7 @@ use super::{respond, AppState};
 use crate::config::Policy;
 use crate::dialect::Dialect;
 use crate::error::ProxyError;
-use crate::fleet::{Endpoint, Pool};
+use crate::fleet::{Endpoint, Pool, Reason};
 use crate::upstream::{Kind, Route};
 
 pub async fn handle(
@@ -59,6 +59,10 @@ fn refuse(
     respond::error(st, respond::record(st, dialect, None, at), dialect, e)
 }
 
+/// What an attempt gives back: the response, or a failure before any output that may go to
+/// another endpoint (the handler gave the record back to the arrival).
+type Attempt = Result<Response, ProxyError>;
+
 async fn run(
     st: &AppState,
     dialect: Dialect,
@@ -66,21 +70,71 @@ async fn run(
     headers: &HeaderMap,
     body: Bytes,
 ) -> Response {
-    let (ep, kind) = match pick(st, headers, &body).await {
+    let (pool, key) = match route(st, headers, &body).await {
         Ok(p) => p,
         Err(e) => {
             let rec = respond::record(st, dialect, None, &at);
             return respond::error(st, rec, dialect, &e);
         }
     };
-    at.hold(&ep.group, ep.take());
-    // The route is chosen after the endpoint, from that endpoint's kind.
-    match kind.route(dialect) {
-        Route::Passthrough => passthrough::handle(st, &ep, kind, dialect, headers, body, at).await,
-        Route::Translate(target) => {
-            translate::handle(st, &ep, kind, dialect, target, headers, body, at).await
+    pool.budget.request();
+    let mut tried: Vec<Arc<Endpoint>> = Vec::new();
+    let mut last: Option<ProxyError> = None;
+    loop {
+        let (ep, kind) = match choose(st, &pool, key.as_deref(), &tried).await {
+            Ok(p) => p,
+            // After a failed attempt, its error says more than "nothing left to try".
+            Err(e) => {
+                let e = last.unwrap_or(e);
+                return respond::error(st, at.take(st, dialect), dialect, &e);
+            }
+        };
+        at.hold(&ep.group, ep.take());
+        tried.push(ep.clone());
+        let retry = tried.len() <= pool.retries as usize
+            && pool.has_other(&tried)
+            && pool.budget.has_room();
+        // The route is chosen after the endpoint, from that endpoint's kind (so each attempt
+        // in a mixed pool speaks its own endpoint's dialect).
+        let attempt = match kind.route(dialect) {
+            Route::Passthrough => {
+                passthrough::handle(st, &ep, kind, dialect, headers, body.clone(), &at, retry).await
+            }
+            Route::Translate(target) => {
+                let way = (dialect, target);
+                translate::handle(st, &ep, kind, way, headers, body.clone(), &at, retry).await
+            }
+        };
+        let e = match attempt {
+            Ok(resp) => return resp,
+            Err(e) => e,
+        };
+        let reason = Reason::of(&e).unwrap_or(Reason::Reset);
+        at.release(reason.outcome());
+        if !pool.budget.try_retry() {
+            return respond::error(st, at.take(st, dialect), dialect, &e);
         }
+        tracing::info!(pool = &*pool.name, endpoint = ep.shown, reason = reason.label(), error = %e, "trying another endpoint");
+        st.metrics.endpoint_retried(&pool.name, reason.label());
+        last = Some(e);
     }
+}
+
+/// A failed send before any output: back to the retry loop when it may go elsewhere (the
+/// record given back to the arrival), else the client's error now.
+fn failed(
+    st: &AppState,
+    rec: crate::metrics::OpenRecord,
+    dialect: Dialect,
+    e: ProxyError,
+    at: &respond::Arrival,
+    retry: bool,
+) -> Attempt {
+    if retry && Reason::of(&e).is_some() {
+        at.restore(rec);
+        return Err(e);
+    }
+    Ok(respond::error(st, rec, dialect, &e))
 }
 
 /// The fields routing reads from a request body (any dialect names its model `model`; the
@@ -91,14 +145,14 @@ struct Who {
     user: Option<String>,
 }
 
-/// The pool by the request's model, then the endpoint by the pool's policy. The body is
-/// read here only when routing needs it (several pools, or a session policy without the
-/// header); a body that does not parse is left to the handler's decoder to refuse.
-async fn pick(
+/// The pool by the request's model, and the request's session key. The body is read here
+/// only when routing needs it (several pools, or a session policy without the header); a
+/// body that does not parse is left to the handler's decoder to refuse.
+async fn route(
     st: &AppState,
     headers: &HeaderMap,
     body: &[u8],
-) -> Result<(Arc<Endpoint>, Kind), ProxyError> {
+) -> Result<(Arc<Pool>, Option<String>), ProxyError> {
     let fleet = &st.fleet;
     let session = |p: &Pool| {
         (p.policy == Policy::Session)
@@ -122,8 +176,19 @@ async fn pick(
             }
         }
     };
-    let key = session(pool).or(who.user.as_deref());
-    let ep = fleet.pick(pool, key).await?;
+    fleet.first_use().await;
+    let key = session(pool).or(who.user.as_deref()).map(str::to_string);
+    Ok((pool.clone(), key))
+}
+
+/// The endpoint by the pool's policy (none of `tried`), and its kind.
+async fn choose(
+    st: &AppState,
+    pool: &Pool,
+    key: Option<&str>,
+    tried: &[Arc<Endpoint>],
+) -> Result<(Arc<Endpoint>, Kind), ProxyError> {
+    let ep = st.fleet.pick(pool, key, tried).await?;
     let kind = ep.kind().await.ok_or_else(|| {
         ProxyError::UpstreamUnreachable(format!("could not detect the kind of `{}`", ep.group))
     })?;

@@ -2,13 +2,13 @@
 
 use std::time::Instant;
 
-use axum::response::Response;
 use bytes::Bytes;
 use http::{HeaderMap, StatusCode};
 use serde::Deserialize;
 use serde_json::Value;
 
 use super::super::{respond, AppState};
+use super::{failed, Attempt};
 use crate::dialect::ctx::IdsLen;
 use crate::dialect::Dialect;
 use crate::error::{decode_json, ProxyError};
@@ -72,6 +72,9 @@ async fn upstream_model(
     }
 }
 
+/// One attempt on `ep`; with `retry`, a failure before any output comes back as `Err` (see
+/// `super::failed`), a 5xx or 429 answer included.
+#[allow(clippy::too_many_arguments)]
 pub async fn handle(
     st: &AppState,
     ep: &Endpoint,
@@ -79,11 +82,15 @@ pub async fn handle(
     dialect: Dialect,
     headers: &HeaderMap,
     body: Bytes,
-    at: respond::Arrival,
-) -> Response {
+    at: &respond::Arrival,
+    retry: bool,
+) -> Attempt {
     let peek: Peek = match decode_json(&body) {
         Ok(p) => p,
-        Err(e) => return respond::error(st, respond::record(st, dialect, None, &at), dialect, &e),
+        Err(e) => {
+            let rec = respond::record(st, dialect, None, at);
+            return Ok(respond::error(st, rec, dialect, &e));
+        }
     };
     let alias = peek.model.as_deref().filter(|m| st.models.is_alias(m));
     let label_model = match &peek.model {
@@ -92,7 +99,7 @@ pub async fn handle(
         None => st.default_model().await.ok(),
     };
     let stream = peek.streams(dialect) || at.stream;
-    let mut rec = respond::record(st, dialect, label_model.as_deref(), &at);
+    let mut rec = respond::record(st, dialect, label_model.as_deref(), at);
     rec.stream = stream;
     rec.prompt_tokens = peek.input_ids.0.or(peek.prompt.0);
     let strip_usage = peek.needs_usage(dialect);
@@ -104,7 +111,7 @@ pub async fn handle(
         }
         (model, _) => match rewrite_request(&body, model.as_deref(), strip_usage) {
             Ok(b) => b,
-            Err(e) => return respond::error(st, rec, dialect, &e),
+            Err(e) => return Ok(respond::error(st, rec, dialect, &e)),
         },
     };
     let sent = Instant::now();
@@ -117,8 +124,20 @@ pub async fn handle(
         .await
     {
         Ok(r) => r,
-        Err(e) => return respond::error(st, rec, dialect, &e),
+        Err(e) => return failed(st, rec, dialect, e, at, retry),
     };
+    ep.note_answer(resp.status, &resp.headers);
+    let status = resp.status;
+    if status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS {
+        let e = ProxyError::UpstreamStatus {
+            status: status.as_u16(),
+            message: format!("the upstream answered {status}"),
+        };
+        if retry {
+            // The answer is not read: its connection goes with it.
+            return failed(st, rec, dialect, e, at, retry);
+        }
+    }
     rec.upstream_headers = Some(sent.elapsed());
     let content_type = resp.content_type.clone().unwrap_or_else(respond::json);
     let alias = alias.map(str::to_string);
@@ -135,13 +154,12 @@ pub async fn handle(
             max_event: st.config.limits.max_stream_event,
         };
         let s = pipeline(up, output);
-        return respond::stream(st, rec, content_type, s);
+        return Ok(respond::stream(st, rec, content_type, s));
     }
-    let status = resp.status;
     let header_usage = dialect.usage_from_headers(&resp.headers);
     let bytes = match timers.guard(resp.bytes()).await {
         Ok(b) => b,
-        Err(e) => return respond::error(st, rec, dialect, &e),
+        Err(e) => return Ok(respond::error(st, rec, dialect, &e)),
     };
     let mut summary = summarize(dialect, status, &bytes, sent);
     if let (Some(u), true) = (header_usage, status.is_success()) {
@@ -152,7 +170,7 @@ pub async fn handle(
         Some(a) if status.is_success() => Bytes::from(rewrite_model(&bytes, a)),
         _ => bytes,
     };
-    respond::full(st, rec, status, content_type, bytes, summary)
+    Ok(respond::full(st, rec, status, content_type, bytes, summary))
 }
 
 /// Token counts of a whole passthrough response, read from the upstream's own answer.

@@ -9,6 +9,7 @@ use http::{HeaderMap, HeaderValue};
 
 use super::super::{respond, AppState};
 use super::is_model_not_found;
+use super::{failed, Attempt};
 use crate::dialect::{ctx, Ctx, Dialect};
 use crate::error::ProxyError;
 use crate::fleet::Endpoint;
@@ -18,20 +19,25 @@ use crate::stream::pipeline::{pipeline, Output, Upstream};
 use crate::stream::timers::{HeaderWait, Timers};
 use crate::upstream::{forward_headers, Kind, UpstreamResponse};
 
+/// One attempt on `ep` (client and target dialects in `way`); with `retry`, a failure before
+/// any output comes back as `Err` (see `super::failed`).
 #[allow(clippy::too_many_arguments)]
 pub async fn handle(
     st: &AppState,
     ep: &Endpoint,
     kind: Kind,
-    client: Dialect,
-    target: Dialect,
+    (client, target): (Dialect, Dialect),
     headers: &HeaderMap,
     body: Bytes,
-    at: respond::Arrival,
-) -> Response {
+    at: &respond::Arrival,
+    retry: bool,
+) -> Attempt {
     let mut req = match client.decode_request(&body) {
         Ok(r) => r,
-        Err(e) => return respond::error(st, respond::record(st, client, None, &at), client, &e),
+        Err(e) => {
+            let rec = respond::record(st, client, None, at);
+            return Ok(respond::error(st, rec, client, &e));
+        }
     };
     // TGI's `/generate_stream` streams by route.
     req.stream |= at.stream;
@@ -39,10 +45,13 @@ pub async fn handle(
     let target = target.for_prompt(matches!(req.prompt, crate::model::Prompt::Chat(_)));
     let (resolved, from_discovery) = match resolve_model(st, &req).await {
         Ok(m) => m,
-        Err(e) => return respond::error(st, respond::record(st, client, None, &at), client, &e),
+        Err(e) => {
+            let rec = respond::record(st, client, None, at);
+            return Ok(respond::error(st, rec, client, &e));
+        }
     };
     let shown = req.model.clone().unwrap_or_else(|| resolved.clone());
-    let mut rec = respond::record(st, client, Some(&shown), &at);
+    let mut rec = respond::record(st, client, Some(&shown), at);
     rec.stream = req.stream;
     req.model = Some(resolved);
     let ctx = Ctx::new(&req, response_id(client, &req), shown);
@@ -62,7 +71,7 @@ pub async fn handle(
         .await
     {
         Ok(r) => r,
-        Err(e) => return respond::error(st, rec, client, &e),
+        Err(e) => return failed(st, rec, client, e, at, retry),
     };
     rec.upstream_headers = Some(sent.elapsed());
     if req.stream {
@@ -76,9 +85,9 @@ pub async fn handle(
         };
         let s = pipeline(up, Output::Encode(Box::new(enc)));
         let ct = HeaderValue::from_static(client.stream_content_type());
-        return respond::stream(st, rec, ct, s);
+        return Ok(respond::stream(st, rec, ct, s));
     }
-    whole(st, rec, way, resp, &ctx, sent, timers).await
+    Ok(whole(st, rec, way, resp, &ctx, sent, timers).await)
 }
 
 /// The upstream model name, and whether it came from the upstream's own list.
@@ -146,6 +155,7 @@ async fn send(
         if resp.status.is_success() {
             return Ok(resp);
         }
+        ep.note_answer(resp.status, &resp.headers);
         let status = resp.status.as_u16();
         let message = target.decode_error(&resp.bytes().await?);
         if from_discovery && !retried && is_model_not_found(status, &message) {

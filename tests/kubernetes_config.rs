@@ -7,7 +7,9 @@ use lingo::config::Config;
 
 /// The `lingo.toml: |` block of the ConfigMap, dedented.
 fn embedded_toml(yaml: &str) -> String {
-    let mut lines = yaml.lines().skip_while(|l| !l.trim_start().starts_with("lingo.toml: |"));
+    let mut lines = yaml
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("lingo.toml: |"));
     lines.next().expect("the ConfigMap has a lingo.toml key");
     let body: Vec<&str> = lines
         .take_while(|l| l.is_empty() || l.starts_with("    "))

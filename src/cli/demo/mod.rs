@@ -1,6 +1,10 @@
 //! `lingo demo`: the first thing a new user runs. A mock vLLM server and a lingo proxy on free
 //! loopback ports, a short SGLang-dialect sweep through the proxy, the table, what was
-//! translated, and an excerpt of lingo's own metrics.
+//! translated, and an excerpt of lingo's own metrics. `--fleet` does the same over a pool of
+//! three mocks of two kinds and two speeds (`fleet`), reported per group (`report`).
+
+mod fleet;
+mod report;
 
 use std::time::Duration;
 
@@ -16,9 +20,13 @@ use lingo::upstream::{Client, KindSetting};
 
 #[derive(Debug, Args)]
 pub struct DemoArgs {
-    /// Requests per concurrency level.
-    #[arg(long, env = "LINGO_DEMO_REQUESTS_PER_LEVEL", default_value_t = 16)]
-    pub requests_per_level: u32,
+    /// Requests per concurrency level (default 16; 64 with `--fleet`).
+    #[arg(long, env = "LINGO_DEMO_REQUESTS_PER_LEVEL")]
+    pub requests_per_level: Option<u32>,
+    /// A fleet instead: an SGLang mock and two vLLM mocks (one slower) in one
+    /// `least_outstanding` pool, and a latency table per group from lingo's `/metrics`.
+    #[arg(long)]
+    pub fleet: bool,
     /// The mock's time to first token.
     #[arg(long, env = "LINGO_DEMO_TTFT", default_value = "20ms", value_parser = humantime::parse_duration)]
     pub ttft: Duration,
@@ -27,7 +35,7 @@ pub struct DemoArgs {
     pub itl: Duration,
 }
 
-async fn loopback() -> anyhow::Result<(TcpListener, String)> {
+pub(super) async fn loopback() -> anyhow::Result<(TcpListener, String)> {
     let l = TcpListener::bind("127.0.0.1:0")
         .await
         .context("binding a loopback port")?;
@@ -36,6 +44,9 @@ async fn loopback() -> anyhow::Result<(TcpListener, String)> {
 }
 
 pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
+    if args.fleet {
+        return fleet::run(&args).await;
+    }
     let (mock_l, mock_url) = loopback().await?;
     let mock = MockConfig {
         kind: MockKind::Vllm,
@@ -63,7 +74,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         concurrency: vec![1, 4, 16],
         input_len: 256,
         output_len: 64,
-        requests_per_level: args.requests_per_level,
+        requests_per_level: args.requests_per_level.unwrap_or(16),
         ..BenchConfig::default()
     };
     let levels = lingo::bench::run(&bench).await?;
@@ -100,7 +111,7 @@ fn is_summary_line(l: &str) -> bool {
     wanted.iter().any(|w| l.starts_with(w))
 }
 
-async fn get_text(client: &Client, path: &str) -> anyhow::Result<String> {
+pub(super) async fn get_text(client: &Client, path: &str) -> anyhow::Result<String> {
     let body = client.get(path).await?.bytes().await?;
     Ok(String::from_utf8_lossy(&body).into_owned())
 }

@@ -19,7 +19,7 @@ use axum::routing::get;
 use axum::Router;
 use lingo::config::Timeouts;
 use lingo::mock::{MockConfig, MockKind};
-use lingo::top::{render, scrape, Group, Window};
+use lingo::top::{endpoints, render, render_endpoints, scrape, Group, View, Window};
 use lingo::upstream::{Client, KindSetting};
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -173,6 +173,132 @@ async fn errors_show_in_every_table() {
     }
 }
 
+// ---- the endpoints view, from two synthetic scrapes of a fleet ------------------------
+
+const FLEET_PREV: &str = r#"
+lingo_endpoint_requests_total{endpoint="http://10.0.0.1:8000",outcome="ok",pool="gpu"} 100
+lingo_endpoint_requests_total{endpoint="http://10.0.0.2:8000",outcome="ok",pool="gpu"} 50
+lingo_endpoint_requests_total{endpoint="http://10.0.0.2:8000",outcome="upstream_error",pool="gpu"} 1
+lingo_endpoint_in_flight{endpoint="http://10.0.0.1:8000",pool="gpu"} 1
+lingo_time_to_first_token_seconds_bucket{dialect="sglang",model="m",upstream="gpu",le="0.01"} 0
+lingo_time_to_first_token_seconds_bucket{dialect="sglang",model="m",upstream="gpu",le="0.02"} 10
+lingo_time_to_first_token_seconds_bucket{dialect="sglang",model="m",upstream="gpu",le="+Inf"} 10
+"#;
+
+const FLEET_CUR: &str = r#"
+lingo_endpoint_requests_total{endpoint="http://10.0.0.1:8000",outcome="ok",pool="gpu"} 108
+lingo_endpoint_requests_total{endpoint="http://10.0.0.1:8000",outcome="client_error",pool="gpu"} 2
+lingo_endpoint_requests_total{endpoint="http://10.0.0.2:8000",outcome="ok",pool="gpu"} 51
+lingo_endpoint_requests_total{endpoint="http://10.0.0.2:8000",outcome="upstream_error",pool="gpu"} 4
+lingo_endpoint_requests_total{endpoint="http://10.0.0.2:8000",outcome="timeout",pool="gpu"} 1
+lingo_endpoint_in_flight{endpoint="http://10.0.0.1:8000",pool="gpu"} 3
+lingo_endpoint_in_flight{endpoint="http://10.0.0.2:8000",pool="gpu"} 0
+lingo_endpoint_healthy{endpoint="http://10.0.0.1:8000",pool="gpu"} 1
+lingo_endpoint_healthy{endpoint="http://10.0.0.2:8000",pool="gpu"} 0
+lingo_endpoint_requests_total{endpoint="http://127.0.0.1:9000",outcome="ok",pool="cpu"} 4
+lingo_time_to_first_token_seconds_bucket{dialect="sglang",model="m",upstream="gpu",le="0.01"} 0
+lingo_time_to_first_token_seconds_bucket{dialect="sglang",model="m",upstream="gpu",le="0.02"} 10
+lingo_time_to_first_token_seconds_bucket{dialect="sglang",model="m",upstream="gpu",le="+Inf"} 14
+lingo_time_to_first_token_seconds_bucket{dialect="sglang",model="m",upstream="cpu",le="0.01"} 4
+lingo_time_to_first_token_seconds_bucket{dialect="sglang",model="m",upstream="cpu",le="0.02"} 4
+lingo_time_to_first_token_seconds_bucket{dialect="sglang",model="m",upstream="cpu",le="+Inf"} 4
+lingo_inter_token_latency_seconds_bucket{dialect="sglang",model="m",upstream="cpu",le="0.01"} 0
+lingo_inter_token_latency_seconds_bucket{dialect="sglang",model="m",upstream="cpu",le="0.02"} 8
+lingo_inter_token_latency_seconds_bucket{dialect="sglang",model="m",upstream="cpu",le="+Inf"} 8
+lingo_requests_in_flight{upstream="gpu"} 3
+"#;
+
+/// The cells of the endpoints table's row for `pool` and `endpoint`, names included.
+fn endpoint_row(frame: &str, pool: &str, endpoint: &str) -> Vec<String> {
+    let table = frame
+        .split("\n\n")
+        .find(|t| t.starts_with("pool "))
+        .unwrap_or_else(|| panic!("no endpoints table in\n{frame}"));
+    let line = table
+        .lines()
+        .map(|l| l.split_whitespace().map(str::to_string).collect::<Vec<_>>())
+        .find(|cells| cells.len() > 1 && cells[0] == pool && cells[1] == endpoint);
+    line.unwrap_or_else(|| panic!("no {pool} {endpoint} row in\n{frame}"))
+}
+
+fn fleet_frame(elapsed: Duration, width: u16) -> String {
+    let prev = lingo::top::Snapshot::parse(FLEET_PREV).unwrap();
+    let cur = lingo::top::Snapshot::parse(FLEET_CUR).unwrap();
+    render_endpoints(&prev, &cur, elapsed, width)
+}
+
+#[test]
+fn the_endpoints_view_rates_each_endpoint_over_the_window() {
+    let prev = lingo::top::Snapshot::parse(FLEET_PREV).unwrap();
+    let cur = lingo::top::Snapshot::parse(FLEET_CUR).unwrap();
+    let rows = endpoints(&prev, &cur);
+    let names: Vec<_> = rows
+        .iter()
+        .map(|r| (r.pool.as_str(), r.endpoint.as_str()))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            ("cpu", "http://127.0.0.1:9000"),
+            ("gpu", "http://10.0.0.1:8000"),
+            ("gpu", "http://10.0.0.2:8000")
+        ]
+    );
+    // 10.0.0.1: 8 ok and 2 client errors (not its fault); 10.0.0.2: 1 ok, 3 + 1 failed.
+    assert_eq!((rows[1].requests, rows[1].errors), (10.0, 0.0));
+    assert_eq!((rows[2].requests, rows[2].errors), (5.0, 4.0));
+
+    let f = fleet_frame(Duration::from_secs(2), u16::MAX);
+    assert!(f.starts_with("window 2.00s   in flight 3\n"), "{f}");
+    assert_eq!(
+        endpoint_row(&f, "pool", "endpoint")[2..],
+        ["req/s", "err/s", "in", "flight", "health"]
+    );
+    assert_eq!(
+        endpoint_row(&f, "gpu", "http://10.0.0.1:8000")[2..],
+        ["5.00", "0.00", "3", "up"]
+    );
+    assert_eq!(
+        endpoint_row(&f, "gpu", "http://10.0.0.2:8000")[2..],
+        ["2.50", "2.00", "0", "down"]
+    );
+    // No health gauge for it (nor in-flight): unknown, not down.
+    assert_eq!(
+        endpoint_row(&f, "cpu", "http://127.0.0.1:9000")[2..],
+        ["2.00", "0.00", "0", "?"]
+    );
+    // Latency by group, over the window: gpu's 4 new first tokens all above 20 ms, so p50
+    // is the last finite bound; cpu's 4 in (0, 10 ms], its 8 gaps in (10, 20 ms].
+    assert_eq!(row(&f, "group", "gpu")[1..], ["20.0ms", "-"]);
+    assert_eq!(row(&f, "group", "cpu")[1..], ["5.00ms", "15.0ms"]);
+
+    // The same frame through the view switch; the models view is still the default.
+    assert_eq!(
+        View::Endpoints.render(&prev, &cur, Duration::from_secs(2), u16::MAX),
+        f
+    );
+    assert_eq!(View::default(), View::Models);
+    assert_eq!(View::Models.toggled(), View::Endpoints);
+}
+
+#[test]
+fn the_endpoints_view_fits_narrow_screens_and_says_when_there_is_no_fleet() {
+    for width in [120, 80, 40] {
+        let f = fleet_frame(Duration::from_secs(1), width);
+        for l in f.lines() {
+            assert!(l.chars().count() <= usize::from(width), "{width}: {l:?}");
+        }
+    }
+    let f = fleet_frame(Duration::from_secs(1), 80);
+    assert!(f.contains("gpu      http://10.0.0.1:8000"), "{f}");
+    let empty = lingo::top::Snapshot::default();
+    let f = render_endpoints(&empty, &empty, Duration::ZERO, 120);
+    assert!(
+        f.contains("no lingo_ metrics") && f.contains("(no endpoints"),
+        "{f}"
+    );
+}
+
 // ---- the binary, against a scripted /metrics ------------------------------------------
 
 const PREV: &str = r#"# HELP lingo_requests_total Generation requests by outcome and finish reason.
@@ -221,6 +347,7 @@ fn lingo_top() -> tokio::process::Command {
         .env_remove("LINGO_TOP_URL")
         .env_remove("LINGO_TOP_INTERVAL")
         .env_remove("LINGO_TOP_ONCE")
+        .env_remove("LINGO_TOP_VIEW")
         .stdin(Stdio::null())
         .kill_on_drop(true);
     cmd
@@ -308,4 +435,32 @@ async fn once_fails_when_there_is_no_metrics_endpoint() {
         err.contains("is a lingo proxy listening") && err.contains("404"),
         "{err}"
     );
+}
+
+#[tokio::test]
+async fn view_endpoints_prints_the_endpoints_frame() {
+    let (url, _) = scripted_metrics().await;
+    let out = lingo_top()
+        .args(["--once", "--interval", "10ms", "--url", &url])
+        .args(["--view", "endpoints"])
+        .output()
+        .await
+        .unwrap();
+    let frame = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The scripted lingo has no fleet: no endpoint rows, but its one group's latency.
+    assert!(
+        frame.contains("\npool ") && frame.contains("(no endpoints"),
+        "{frame}"
+    );
+    assert_eq!(
+        row(&frame, "group", "default")[1..],
+        ["15.0ms", "-"],
+        "{frame}"
+    );
+    assert!(!frame.contains("\nmodel "), "{frame}");
 }

@@ -1,5 +1,6 @@
 //! `lingo top`: a live view of a running lingo proxy from its `/metrics`. On a terminal it
-//! redraws in the alternate screen until `q` or Ctrl-C; otherwise, or with `--once`, it prints
+//! redraws in the alternate screen until `q` or Ctrl-C (`e` switches between the models and
+//! the endpoints view); otherwise, or with `--once`, it prints
 //! plain frames. Everything shown comes from `lingo::top::render`; this file only scrapes,
 //! waits and draws.
 
@@ -14,7 +15,7 @@ use futures_util::StreamExt;
 use tokio::time::MissedTickBehavior;
 
 use lingo::config::Timeouts;
-use lingo::top::{render, scrape, Snapshot};
+use lingo::top::{scrape, Snapshot, View};
 use lingo::upstream::Client;
 
 #[derive(Debug, Args)]
@@ -28,6 +29,9 @@ pub struct TopArgs {
     /// Print one frame (two scrapes one interval apart) as plain text and exit.
     #[arg(long, env = "LINGO_TOP_ONCE")]
     pub once: bool,
+    /// What to show: traffic by model and dialect, or by endpoint of each pool.
+    #[arg(long, env = "LINGO_TOP_VIEW", value_enum, default_value_t = View::Models)]
+    pub view: View,
 }
 
 fn parse_interval(s: &str) -> Result<Duration, String> {
@@ -51,8 +55,8 @@ pub async fn run(args: TopArgs) -> anyhow::Result<()> {
     let base = (first, Instant::now());
     let terminal = std::io::stdout().is_terminal();
     match (args.once, terminal) {
-        (true, _) => once(&client, base, args.interval, terminal).await,
-        (false, false) => plain(&client, base, args.interval).await,
+        (true, _) => once(&client, base, &args, terminal).await,
+        (false, false) => plain(&client, base, &args).await,
         (false, true) => live(&client, base, &args).await,
     }
 }
@@ -66,13 +70,13 @@ fn screen_size() -> (u16, u16) {
 async fn once(
     client: &Client,
     (prev, at): (Snapshot, Instant),
-    interval: Duration,
+    args: &TopArgs,
     terminal: bool,
 ) -> anyhow::Result<()> {
-    tokio::time::sleep(interval).await;
+    tokio::time::sleep(args.interval).await;
     let cur = scrape(client).await?;
     let width = if terminal { screen_size().0 } else { u16::MAX };
-    print!("{}", render(&prev, &cur, at.elapsed(), width));
+    print!("{}", args.view.render(&prev, &cur, at.elapsed(), width));
     Ok(())
 }
 
@@ -81,9 +85,9 @@ async fn once(
 async fn plain(
     client: &Client,
     (mut prev, mut at): (Snapshot, Instant),
-    interval: Duration,
+    args: &TopArgs,
 ) -> anyhow::Result<()> {
-    let mut tick = ticker(interval);
+    let mut tick = ticker(args.interval);
     let stop = super::shutdown_signal();
     tokio::pin!(stop);
     let mut first = true;
@@ -95,7 +99,8 @@ async fn plain(
         match scrape(client).await {
             Ok(cur) => {
                 let sep = if first { "" } else { "\n" };
-                print!("{sep}{}", render(&prev, &cur, at.elapsed(), u16::MAX));
+                let frame = args.view.render(&prev, &cur, at.elapsed(), u16::MAX);
+                print!("{sep}{frame}");
                 (prev, at, first) = (cur, Instant::now(), false);
             }
             Err(e) => eprintln!("lingo top: {:#}", anyhow::Error::from(e)),
@@ -109,14 +114,15 @@ fn ticker(interval: Duration) -> tokio::time::Interval {
     tick
 }
 
-/// The alternate screen, redrawn every interval and on resize, until `q`, Esc or Ctrl-C.
+/// The alternate screen, redrawn every interval, on resize and on `e` (the other view),
+/// until `q`, Esc or Ctrl-C.
 async fn live(
     client: &Client,
     (mut prev, mut at): (Snapshot, Instant),
     args: &TopArgs,
 ) -> anyhow::Result<()> {
     let title = format!(
-        "lingo top   {}   every {}   q quits",
+        "lingo top   {}   every {}   e switches view   q quits",
         args.url,
         humantime::format_duration(args.interval)
     );
@@ -125,10 +131,11 @@ async fn live(
     let mut tick = ticker(args.interval);
     let mut shown: Option<(Snapshot, Snapshot, Duration)> = None;
     let mut error: Option<String> = None;
+    let mut view = args.view;
     loop {
         let (width, height) = screen_size();
         let body = match &shown {
-            Some((p, c, elapsed)) => render(p, c, *elapsed, width),
+            Some((p, c, elapsed)) => view.render(p, c, *elapsed, width),
             None => "waiting for the second scrape\n".into(),
         };
         let status = error.as_deref().map(|e| format!("scrape failed: {e}\n"));
@@ -152,6 +159,7 @@ async fn live(
             }
             event = events.next() => match event {
                 Some(Ok(Event::Key(key))) if quits(key) => return Ok(()),
+                Some(Ok(Event::Key(key))) if switches(key) => view = view.toggled(),
                 Some(Ok(_)) => {}
                 Some(Err(e)) => return Err(e).context("reading the terminal"),
                 None => return Ok(()),
@@ -175,6 +183,10 @@ fn quits(key: KeyEvent) -> bool {
     let ctrl_c = key.code == KeyCode::Char('c') && key.modifiers.contains(KeyModifiers::CONTROL);
     let q = matches!(key.code, KeyCode::Char('q') | KeyCode::Esc);
     key.kind == KeyEventKind::Press && (q || ctrl_c)
+}
+
+fn switches(key: KeyEvent) -> bool {
+    key.kind == KeyEventKind::Press && key.code == KeyCode::Char('e')
 }
 
 /// Raw mode (keys arrive unbuffered, Ctrl-C as a key) in the alternate screen with the cursor

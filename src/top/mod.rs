@@ -1,19 +1,24 @@
 //! `lingo top`: a live view of a running proxy, computed from two scrapes of its `/metrics`.
 //!
 //! `parse` reads the text exposition, `snapshot` keys one scrape by series, `window` adds up
-//! what grew between two scrapes for all traffic, a model or a dialect, `quantile` estimates
-//! latency percentiles from bucket increases, and `render` lays out one frame. All of that is
+//! what grew between two scrapes for all traffic, a model, a dialect or an upstream group,
+//! `endpoints` does the same per endpoint of a fleet, `quantile` estimates latency
+//! percentiles from bucket increases, and `render` lays out one frame of either view. All of that is
 //! pure; `scrape` is the only I/O here, and the screen loop lives in the CLI.
 
+mod endpoints;
+mod endpoints_view;
 mod parse;
 mod quantile;
 mod render;
 mod snapshot;
 mod window;
 
+pub use endpoints::{endpoints, EndpointRow};
+pub use endpoints_view::render_endpoints;
 pub use parse::{parse, ParseError, Sample};
 pub use quantile::quantile;
-pub use render::render;
+pub use render::{render, View};
 pub use snapshot::{Series, Snapshot};
 pub use window::{Group, Window};
 

@@ -4,6 +4,7 @@
 use std::fmt::Write;
 use std::time::Duration;
 
+use super::endpoints_view::render_endpoints;
 use super::snapshot::Snapshot;
 use super::window::{in_flight, label_values, Group, Window};
 
@@ -86,6 +87,31 @@ const COLUMNS: &[Column] = &[
     },
 ];
 
+/// Which frame `lingo top` shows: traffic by model and dialect, or by endpoint of a fleet.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum View {
+    #[default]
+    Models,
+    Endpoints,
+}
+
+impl View {
+    pub fn render(self, prev: &Snapshot, cur: &Snapshot, elapsed: Duration, width: u16) -> String {
+        match self {
+            View::Models => render(prev, cur, elapsed, width),
+            View::Endpoints => render_endpoints(prev, cur, elapsed, width),
+        }
+    }
+
+    /// The other view (the terminal's `e` key).
+    pub fn toggled(self) -> View {
+        match self {
+            View::Models => View::Endpoints,
+            View::Endpoints => View::Models,
+        }
+    }
+}
+
 /// The name column is at least this wide, and at most `NAME_MAX` unless the screen is wide.
 const NAME_MIN: usize = 8;
 const NAME_MAX: usize = 24;
@@ -114,11 +140,7 @@ pub fn render(prev: &Snapshot, cur: &Snapshot, elapsed: Duration, width: u16) ->
     ];
 
     let (name_w, columns) = fit(&tables, usize::from(width));
-    let mut out = String::new();
-    let _ = writeln!(out, "window {secs:.2}s   in flight {}", in_flight(cur));
-    if !cur.iter().any(|(s, _)| s.name.starts_with("lingo_")) {
-        out.push_str("no lingo_ metrics in this scrape: is this a lingo proxy?\n");
-    }
+    let mut out = summary(cur, secs);
     for (title, rows) in &tables {
         out.push('\n');
         let header = columns.iter().map(|c| (c.width, c.header.to_string()));
@@ -134,6 +156,15 @@ pub fn render(prev: &Snapshot, cur: &Snapshot, elapsed: Duration, width: u16) ->
     out.lines()
         .map(|l| l.chars().take(usize::from(width)).collect::<String>() + "\n")
         .collect()
+}
+
+/// The first line of either view, and a warning when the scrape is not lingo's.
+pub(super) fn summary(cur: &Snapshot, secs: f64) -> String {
+    let mut out = format!("window {secs:.2}s   in flight {}\n", in_flight(cur));
+    if !cur.iter().any(|(s, _)| s.name.starts_with("lingo_")) {
+        out.push_str("no lingo_ metrics in this scrape: is this a lingo proxy?\n");
+    }
+    out
 }
 
 /// The name column's width and the columns that fit in `width`: columns are dropped to make
@@ -170,7 +201,7 @@ fn line(out: &mut String, name_w: usize, name: &str, cells: impl Iterator<Item =
 }
 
 /// `name` padded or cut to `width` characters; a cut name ends in `~`.
-fn fit_name(name: &str, width: usize) -> String {
+pub(super) fn fit_name(name: &str, width: usize) -> String {
     match name.chars().count() <= width {
         true => format!("{name:<width$}"),
         false => name
@@ -181,7 +212,7 @@ fn fit_name(name: &str, width: usize) -> String {
     }
 }
 
-fn rate(increase: f64, secs: f64, decimals: usize) -> String {
+pub(super) fn rate(increase: f64, secs: f64, decimals: usize) -> String {
     match secs > 0.0 {
         true => format!("{:.decimals$}", increase / secs),
         false => "-".into(),
@@ -193,7 +224,7 @@ fn count(increase: f64) -> String {
 }
 
 /// Seconds as `0.52ms`, `12.3ms` or `1.25s`; `-` when there was nothing to measure.
-fn latency(seconds: Option<f64>) -> String {
+pub(super) fn latency(seconds: Option<f64>) -> String {
     match seconds {
         None => "-".into(),
         Some(s) if s < 0.01 => format!("{:.2}ms", s * 1e3),

@@ -1,4 +1,5 @@
-//! What happened between two scrapes, for all traffic, one model or one dialect.
+//! What happened between two scrapes, for all traffic, one model, one dialect or one
+//! upstream group (a pool's endpoints share their group's `upstream` label).
 //!
 //! The metric names are lingo's own (`metrics/names.rs`, private to the metrics module);
 //! `tests/top.rs` scrapes a real lingo, so a renamed metric fails a test rather than showing
@@ -36,6 +37,7 @@ pub enum Group<'a> {
     All,
     Model(&'a str),
     Dialect(&'a str),
+    Upstream(&'a str),
 }
 
 impl Group<'_> {
@@ -44,6 +46,7 @@ impl Group<'_> {
             Group::All => true,
             Group::Model(m) => s.label("model") == Some(m),
             Group::Dialect(d) => s.label("dialect") == Some(d),
+            Group::Upstream(u) => s.label("upstream") == Some(u),
         }
     }
 }
@@ -113,7 +116,7 @@ pub fn in_flight(cur: &Snapshot) -> f64 {
         .sum()
 }
 
-/// The values of `label` (`model` or `dialect`) in this scrape, sorted.
+/// The values of `label` (`model`, `dialect` or `upstream`) in this scrape, sorted.
 pub fn label_values(cur: &Snapshot, label: &str) -> Vec<String> {
     let mut values: Vec<String> = cur
         .iter()
@@ -238,6 +241,10 @@ lingo_requests_in_flight{upstream="v"} 1
         let cur = Snapshot::parse(CUR).unwrap();
         assert_eq!(label_values(&cur, "model"), ["m1", "m2"]);
         assert_eq!(label_values(&cur, "dialect"), ["openai-chat", "sglang"]);
+        assert_eq!(label_values(&cur, "upstream"), ["u"]);
+        let u = Window::between(&Snapshot::parse(PREV).unwrap(), &cur, Group::Upstream("u"));
+        assert_eq!(u, window(Group::All));
+        assert_eq!(window(Group::Upstream("v")), Window::default());
         assert_eq!(in_flight(&cur), 4.0);
     }
 }

@@ -5,14 +5,13 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use lingo::bench::{render_table, BenchConfig};
+use lingo::bench::BenchConfig;
 use lingo::config::{Config, EndpointConfig, Policy, PoolConfig};
-use lingo::dialect::Dialect;
 use lingo::mock::{MockConfig, MockKind};
 use lingo::upstream::{Client, KindSetting};
 
 use super::report::{self, Endpoint};
-use super::{loopback, DemoArgs};
+use super::{loopback, sweep, sweep_config, DemoArgs};
 
 const POOL: &str = "demo";
 
@@ -67,19 +66,14 @@ pub async fn run(args: &DemoArgs) -> anyhow::Result<()> {
     println!("lingo proxy        {proxy_url}  -> pool {POOL:?}, policy least_outstanding\n");
 
     println!("SGLang-dialect sweep (POST /generate) through lingo over the fleet:\n");
+    let n = args.requests_per_level.unwrap_or(64);
     let bench = BenchConfig {
-        url: proxy_url.clone(),
-        dialect: Dialect::Sglang,
-        concurrency: vec![4, 16, 32],
-        input_len: 256,
-        output_len: 64,
-        requests_per_level: args.requests_per_level.unwrap_or(64),
         timeout: Duration::from_secs(60),
-        ..BenchConfig::default()
+        ..sweep_config(&proxy_url, vec![4, 16, 32], n)
     };
-    let levels = lingo::bench::run(&bench).await?;
-    print!("{}", render_table(&levels));
-    let sent = bench.warmup as usize + levels.iter().map(|l| l.ok() + l.fail()).sum::<usize>();
+    let warmup = bench.warmup;
+    let levels = sweep(bench).await?;
+    let sent = warmup as usize + levels.iter().map(|l| l.ok() + l.fail()).sum::<usize>();
 
     let client = Client::new(&proxy_url, &lingo::config::Timeouts::default());
     let snapshot = lingo::top::scrape(&client).await?;

@@ -68,17 +68,8 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     );
     println!("lingo proxy        {proxy_url}  -> {mock_url}\n");
     println!("SGLang-dialect sweep (POST /generate, input_ids, ignore_eos) through lingo:\n");
-    let bench = BenchConfig {
-        url: proxy_url.clone(),
-        dialect: Dialect::Sglang,
-        concurrency: vec![1, 4, 16],
-        input_len: 256,
-        output_len: 64,
-        requests_per_level: args.requests_per_level.unwrap_or(16),
-        ..BenchConfig::default()
-    };
-    let levels = lingo::bench::run(&bench).await?;
-    print!("{}", render_table(&levels));
+    let n = args.requests_per_level.unwrap_or(16);
+    let levels = sweep(sweep_config(&proxy_url, vec![1, 4, 16], n)).await?;
 
     let client = Client::new(&proxy_url, &lingo::config::Timeouts::default());
     let info = get_json(&client, "/get_server_info").await?;
@@ -109,6 +100,26 @@ fn is_summary_line(l: &str) -> bool {
         "lingo_overhead_seconds_sum{",
     ];
     wanted.iter().any(|w| l.starts_with(w))
+}
+
+/// The demos' SGLang-dialect sweep: 256-token prompts, 64-token answers.
+pub(super) fn sweep_config(url: &str, concurrency: Vec<u32>, per_level: u32) -> BenchConfig {
+    BenchConfig {
+        url: url.to_string(),
+        dialect: Dialect::Sglang,
+        concurrency,
+        input_len: 256,
+        output_len: 64,
+        requests_per_level: per_level,
+        ..BenchConfig::default()
+    }
+}
+
+/// Run the sweep and print its table.
+pub(super) async fn sweep(bench: BenchConfig) -> anyhow::Result<Vec<lingo::bench::LevelReport>> {
+    let levels = lingo::bench::run(&bench).await?;
+    print!("{}", render_table(&levels));
+    Ok(levels)
 }
 
 pub(super) async fn get_text(client: &Client, path: &str) -> anyhow::Result<String> {

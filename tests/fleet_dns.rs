@@ -165,3 +165,70 @@ async fn addresses_join_and_leave_while_requests_flow() {
     );
     assert_eq!(failed, 0.0, "{text}");
 }
+
+/// A thousand addresses behind one name: the pool holds them all, but the `endpoint` label
+/// takes at most `MAX_ENDPOINT_LABELS` values plus `other`, on every per-endpoint series.
+#[tokio::test]
+async fn a_thousand_addresses_leave_a_capped_label_set() {
+    let dns = DnsServer::start().await;
+    let (port, mocks) = mocks_on_one_port(&[2, 3]).await;
+    // Two live mocks first, then 998 addresses nobody listens on (probes fail, fast, on
+    // loopback): 127.0.1.0 and up.
+    let mut ips = vec![ip(2), ip(3)];
+    ips.extend((0..998u16).map(|i| {
+        let [hi, lo] = i.to_be_bytes();
+        IpAddr::V4(Ipv4Addr::new(127, 1 + hi, lo, 1))
+    }));
+    dns.set(NAME, &ips);
+    let mut config = Config::default();
+    config.pools.insert(
+        "q".into(),
+        PoolConfig {
+            policy: Policy::RoundRobin,
+            endpoints: vec![EndpointConfig::new(
+                &format!("dns://{NAME}:{port}"),
+                KindSetting::Vllm,
+            )],
+            ..PoolConfig::default()
+        },
+    );
+    config.discovery = DiscoveryConfig {
+        interval: Duration::from_millis(200),
+        nameserver: Some(dns.addr),
+    };
+    config.health.interval = Duration::from_millis(500);
+    config.validate().unwrap();
+    let base = lingo_serving(config).await;
+
+    assert_eq!(fleet_urls(&base).await.len(), 1000);
+    for _ in 0..20 {
+        complete(&base).await;
+    }
+    assert_eq!(
+        served(&mocks),
+        vec![10, 10],
+        "round robin over the two live ones"
+    );
+
+    let text = common::scrape(&base).await;
+    let mut labels = std::collections::BTreeSet::new();
+    let mut series = 0;
+    for (name, l, _) in common::samples(&text) {
+        if let Some(e) = l.get("endpoint") {
+            assert!(
+                name.starts_with("lingo_endpoint_"),
+                "{name} has an endpoint label"
+            );
+            labels.insert(e.clone());
+            series += 1;
+        }
+    }
+    let cap = lingo::fleet::MAX_ENDPOINT_LABELS;
+    assert!(labels.contains("other"), "{labels:?}");
+    assert!(labels.len() <= cap + 1, "{} endpoint labels", labels.len());
+    // Every per-endpoint family stays within a few series per label, not per address.
+    assert!(series < 10 * (cap + 1), "{series} per-endpoint series");
+    let healthy = sum(&text, "lingo_endpoint_healthy", &[("pool", "q")]);
+    // Counted, not set: the two live ones are healthy, the 998 behind `other` are not.
+    assert_eq!(healthy, 2.0, "{text}");
+}

@@ -106,7 +106,7 @@ impl Endpoint {
             }
         }
         let kind = Kind::from_setting(cfg.kind);
-        s.metrics.endpoint_health(&s.pool, &s.label, false);
+        s.metrics.endpoint_health(&s.pool, &s.label, None);
         Endpoint {
             client,
             url: cfg.url.clone(),
@@ -147,7 +147,7 @@ impl Endpoint {
             _ => return,
         }
         self.metrics
-            .endpoint_health(&self.pool, &self.label, h == Health::Healthy);
+            .endpoint_health(&self.pool, &self.label, Some(h == Health::Healthy));
         tracing::info!(
             url = self.shown,
             pool = &*self.pool,

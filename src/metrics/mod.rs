@@ -219,14 +219,22 @@ impl Metrics {
             .inc();
     }
 
-    /// An endpoint became healthy (or stopped being).
-    pub fn endpoint_health(&self, pool: &str, endpoint: &str, healthy: bool) {
+    /// `healthy` is `Some(true)` when an endpoint becomes healthy, `Some(false)` when it stops
+    /// being so, `None` when it joins (the series shows 0 from then on).
+    pub fn endpoint_health(&self, pool: &str, endpoint: &str, healthy: Option<bool>) {
         if self.off {
             return;
         }
+        // Added, not set: every endpoint past the label cap shares `other`, which so counts
+        // how many of them are healthy.
+        let change = match healthy {
+            Some(true) => 1,
+            Some(false) => -1,
+            None => 0,
+        };
         self.endpoint_healthy
             .with_label_values(&[pool, endpoint])
-            .set(i64::from(healthy));
+            .add(change);
     }
 
     /// An endpoint was taken out of rotation.

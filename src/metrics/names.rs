@@ -110,7 +110,7 @@ pub const ENDPOINT_IN_FLIGHT: (&str, &str) = (
 );
 pub const ENDPOINT_HEALTHY: (&str, &str) = (
     "lingo_endpoint_healthy",
-    "1 while an endpoint is healthy (taking requests), else 0 (pending, ejected or draining).",
+    "1 while an endpoint is healthy (taking requests), else 0 (pending, ejected or draining); for `other`, how many of those endpoints are healthy.",
 );
 pub const ENDPOINT_EJECTIONS: (&str, &str) = (
     "lingo_endpoint_ejections_total",

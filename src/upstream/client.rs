@@ -241,18 +241,34 @@ impl Client {
     }
 }
 
-/// TLS for `https://` upstreams (hosted OpenAI-compatible APIs), trusting the system's
-/// certificates, or Mozilla's bundled roots where the system has none.
+/// TLS for `https://` upstreams (hosted OpenAI-compatible APIs).
 fn tls(http: HttpConnector) -> Connector {
-    let builder = hyper_rustls::HttpsConnectorBuilder::new();
-    let builder = match builder.with_native_roots() {
-        Ok(b) => b,
-        Err(e) => {
-            tracing::debug!(error = %e, "no system certificates; using bundled roots");
-            hyper_rustls::HttpsConnectorBuilder::new().with_webpki_roots()
-        }
-    };
-    builder.https_or_http().enable_http1().wrap_connector(http)
+    hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls_config())
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(http)
+}
+
+/// The system's certificates, or Mozilla's bundled roots where the system has none: read
+/// once per process, since a pool of a thousand discovered endpoints builds a thousand
+/// connectors and reading the system's store takes milliseconds each time.
+fn tls_config() -> rustls::ClientConfig {
+    use hyper_rustls::ConfigBuilderExt;
+    static CONFIG: std::sync::OnceLock<rustls::ClientConfig> = std::sync::OnceLock::new();
+    CONFIG
+        .get_or_init(
+            || match rustls::ClientConfig::builder().with_native_roots() {
+                Ok(b) => b.with_no_client_auth(),
+                Err(e) => {
+                    tracing::debug!(error = %e, "no system certificates; using bundled roots");
+                    rustls::ClientConfig::builder()
+                        .with_webpki_roots()
+                        .with_no_client_auth()
+                }
+            },
+        )
+        .clone()
 }
 
 enum Failure {

@@ -349,3 +349,88 @@ async fn models_route_to_their_pools_and_unknown_ones_are_404s() {
     );
     assert_eq!((requests(&a), requests(&b)), (2, 2));
 }
+
+async fn mock_of(kind: MockKind, model: &str) -> Mock {
+    mock_with(MockConfig {
+        kind,
+        model: model.into(),
+        ..MockConfig::default()
+    })
+    .await
+}
+
+/// Routes around generation that name a model go to that model's pool; the rest to the
+/// default pool; `/flush_cache` reaches every SGLang endpoint of the fleet.
+#[tokio::test]
+async fn info_routes_follow_the_model_they_name_and_flushes_reach_every_sglang_endpoint() {
+    let sg = [
+        mock_of(MockKind::Sglang, "s").await,
+        mock_of(MockKind::Sglang, "s").await,
+    ];
+    let ol = mock_of(MockKind::Ollama, "o").await;
+    let lc = mock_of(MockKind::Llamacpp, "l").await;
+    let sg_pool = pool(
+        Policy::RoundRobin,
+        sg.iter()
+            .map(|m| endpoint(m, MockKind::Sglang, 1))
+            .collect(),
+    );
+    let mut cfg = fleet(vec![
+        ("sg", sg_pool),
+        (
+            "ol",
+            pool(Policy::Random, vec![endpoint(&ol, MockKind::Ollama, 1)]),
+        ),
+        (
+            "lc",
+            pool(Policy::Random, vec![endpoint(&lc, MockKind::Llamacpp, 1)]),
+        ),
+    ]);
+    cfg.default_pool = Some("sg".into());
+    let base = lingo(cfg).await;
+
+    // No model named: the default (SGLang) pool's own answer.
+    let own = get_json(&format!("{base}/get_model_info")).await;
+    assert_eq!(own["model_path"], "s", "{own}");
+    // A named model: that pool's endpoint, in SGLang's shape.
+    let named = get_json(&format!("{base}/get_model_info?model=o")).await;
+    assert_eq!(named["model_path"], "o", "{named}");
+    assert_eq!(named["is_generation"], true, "{named}");
+    let r = client()
+        .get(format!("{base}/get_model_info?model=nope"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+
+    // Ollama's /api/show is forwarded to the Ollama pool (the mock's own answer) ...
+    let shown = post_ok(&format!("{base}/api/show"), &json!({"model": "o"})).await;
+    assert_eq!(
+        shown["model_info"]["general.architecture"], "mock",
+        "{shown}"
+    );
+    // ... and answered by lingo, from the list, for a model served elsewhere.
+    let shown = post_ok(&format!("{base}/api/show"), &json!({"model": "s"})).await;
+    assert_eq!(
+        shown["model_info"]["general.architecture"], "lingo",
+        "{shown}"
+    );
+    let r = post(&format!("{base}/api/show"), &json!({"model": "nope"})).await;
+    assert_eq!(r.status(), 404);
+    // llama.cpp's /props from the llama.cpp endpoint when its model is named.
+    let props = get_json(&format!("{base}/props?model=l")).await;
+    let build = props["build_info"].as_str().unwrap_or_default().to_string();
+    assert!(!build.starts_with("lingo-"), "{props}");
+    let props = get_json(&format!("{base}/props")).await;
+    assert_eq!(props["model_path"], "s", "{props}");
+
+    let r = client()
+        .post(format!("{base}/flush_cache"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    let flushes: Vec<u64> = sg.iter().map(|m| m.state.stats().cache_flushes).collect();
+    assert_eq!(flushes, vec![1, 1]);
+    assert_eq!(ol.state.stats().requests + lc.state.stats().requests, 0);
+}

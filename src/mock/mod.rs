@@ -205,6 +205,9 @@ pub struct MockStats {
     /// Faults injected, per mode.
     #[serde(default)]
     pub faults: FaultCounts,
+    /// `/flush_cache` calls answered.
+    #[serde(default)]
+    pub cache_flushes: u64,
 }
 
 /// Serves the mock on `listener` until the process ends.

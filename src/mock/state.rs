@@ -41,6 +41,7 @@ struct Counters {
     prompt_tokens: AtomicU64,
     completion_tokens: AtomicU64,
     faults: [AtomicU64; FaultMode::ALL.len()],
+    cache_flushes: AtomicU64,
 }
 
 impl MockState {
@@ -76,6 +77,10 @@ impl MockState {
     }
 
     /// A snapshot of the counters (each read separately: not atomic as a whole).
+    pub(crate) fn cache_flushed(&self) {
+        self.counters.cache_flushes.fetch_add(1, Ordering::AcqRel);
+    }
+
     pub fn stats(&self) -> MockStats {
         let c = &self.counters;
         let get = |a: &AtomicU64| a.load(Ordering::Acquire);
@@ -88,6 +93,7 @@ impl MockState {
             prompt_tokens: get(&c.prompt_tokens),
             completion_tokens: get(&c.completion_tokens),
             faults: FaultCounts::from_slice(c.faults.each_ref().map(get)),
+            cache_flushes: get(&c.cache_flushes),
         }
     }
 

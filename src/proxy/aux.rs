@@ -16,6 +16,7 @@ use serde_json::{json, Value};
 use super::AppState;
 use crate::dialect::Dialect;
 use crate::error::ProxyError;
+use crate::fleet::{Endpoint, Health};
 use crate::upstream::Kind;
 
 type St = State<Arc<AppState>>;
@@ -65,10 +66,14 @@ pub(super) async fn forward_body(
     path: &str,
     body: Bytes,
 ) -> Response {
-    let ep = match st.aux_endpoint().await {
-        Ok((ep, _)) => ep,
-        Err(e) => return upstream_error(&e),
-    };
+    match st.aux_endpoint().await {
+        Ok((ep, _)) => forward_to(&ep, method, path, body).await,
+        Err(e) => upstream_error(&e),
+    }
+}
+
+/// Send to one endpoint and relay status, type and body.
+pub(super) async fn forward_to(ep: &Endpoint, method: Method, path: &str, body: Bytes) -> Response {
     let resp = match ep.client.send(method, path, body, &[]).await {
         Ok(r) => r,
         Err(e) => return upstream_error(&e),
@@ -139,11 +144,25 @@ async fn health_generate(State(st): St) -> Response {
     }
 }
 
+/// `?model=` on an auxiliary route, if given: which pool's endpoint answers it.
+pub(super) fn named_model(uri: &Uri) -> Option<String> {
+    let q = axum::extract::Query::<std::collections::BTreeMap<String, String>>::try_from_uri(uri);
+    q.ok()?.0.remove("model").filter(|m| !m.is_empty())
+}
+
+/// SGLang's own on an SGLang endpoint, else SGLang's shape for the model: the default
+/// pool's, or the pool serving `?model=` in a fleet.
 async fn model_info(State(st): St, uri: Uri) -> Response {
-    match kind(&st).await {
-        Ok(Kind::Sglang) => forward(&st, Method::GET, uri.path()).await,
-        Ok(Kind::Vllm | Kind::Tgi | Kind::Llamacpp | Kind::Ollama | Kind::Openai) => {
-            match st.default_model().await {
+    let named = named_model(&uri);
+    let kind = st.aux_endpoint_for(named.as_deref()).await;
+    match kind {
+        Ok((ep, Kind::Sglang)) => forward_to(&ep, Method::GET, uri.path(), Bytes::new()).await,
+        Ok(_) => {
+            let model = match named {
+                Some(m) => Ok(m),
+                None => st.default_model().await,
+            };
+            match model {
                 Ok(m) => axum::Json(json!({
                     "model_path": m, "tokenizer_path": m, "is_generation": true,
                     "preferred_sampling_params": null, "weight_version": "default",
@@ -153,7 +172,7 @@ async fn model_info(State(st): St, uri: Uri) -> Response {
                 Err(e) => upstream_error(&e),
             }
         }
-        Err(r) => r,
+        Err(e) => upstream_error(&e),
     }
 }
 
@@ -177,14 +196,44 @@ async fn server_info(State(st): St, uri: Uri) -> Response {
     }
 }
 
+/// SGLang's cache flush. A single SGLang upstream answers for itself. In a fleet every
+/// healthy SGLang endpoint is flushed (a benchmark that flushes between runs means all of
+/// them), and a failure names where. Other kinds have no flush lingo can reach: nothing to do.
 async fn flush_cache(State(st): St, method: Method) -> Response {
-    match kind(&st).await {
-        Ok(Kind::Sglang) => forward(&st, method, "/flush_cache").await,
-        Ok(Kind::Vllm | Kind::Tgi | Kind::Llamacpp | Kind::Ollama | Kind::Openai) => {
-            (StatusCode::OK, "Cache flushed.\n").into_response()
-        }
-        Err(r) => r,
+    if st.fleet.is_single() {
+        return match kind(&st).await {
+            Ok(Kind::Sglang) => forward(&st, method, "/flush_cache").await,
+            Ok(_) => (StatusCode::OK, "Cache flushed.\n").into_response(),
+            Err(r) => r,
+        };
     }
+    st.fleet.first_use().await;
+    let targets: Vec<Arc<Endpoint>> = st
+        .fleet
+        .pools()
+        .iter()
+        .flat_map(|p| p.endpoints().iter().cloned().collect::<Vec<_>>())
+        .filter(|e| e.health() == Health::Healthy && e.kind_now() == Some(Kind::Sglang))
+        .collect();
+    let flushes = targets
+        .iter()
+        .map(|e| forward_to(e, method.clone(), "/flush_cache", Bytes::new()));
+    let answers = futures_util::future::join_all(flushes).await;
+    let failed: Vec<String> = targets
+        .iter()
+        .zip(&answers)
+        .filter(|(_, r)| !r.status().is_success())
+        .map(|(e, r)| format!("{}/{} ({})", e.pool, e.label, r.status().as_u16()))
+        .collect();
+    if failed.is_empty() {
+        return (StatusCode::OK, "Cache flushed.\n").into_response();
+    }
+    let (n, of) = (failed.len(), targets.len());
+    let text = format!(
+        "Cache flush failed on {n} of {of} endpoints: {}\n",
+        failed.join(", ")
+    );
+    (StatusCode::BAD_GATEWAY, text).into_response()
 }
 
 /// TGI's `/info`: a TGI upstream's own; elsewhere what lingo knows, in TGI's shape (the

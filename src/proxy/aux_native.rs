@@ -9,12 +9,13 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use bytes::Bytes;
-use http::{Method, StatusCode};
+use http::{Method, StatusCode, Uri};
 use serde_json::{json, Value};
 
-use super::aux::{forward, forward_body, kind};
+use super::aux::{forward, forward_to, kind, upstream_error};
 use super::AppState;
 use crate::dialect::{llamacpp, ollama};
+use crate::error::ProxyError;
 use crate::upstream::Kind;
 
 type St = State<Arc<AppState>>;
@@ -62,11 +63,16 @@ async fn model_list(st: &AppState) -> Vec<(String, Option<u64>)> {
 
 /// llama.cpp's `/props`: the upstream's own on llama.cpp, else the model lingo serves with the
 /// sampling defaults lingo applies to a llama.cpp request that sets none.
-async fn props(State(st): St) -> Response {
-    match kind(&st).await {
-        Ok(Kind::Llamacpp) => forward(&st, Method::GET, "/props").await,
+async fn props(State(st): St, uri: Uri) -> Response {
+    let named = super::aux::named_model(&uri);
+    match st.aux_endpoint_for(named.as_deref()).await {
+        Ok((ep, Kind::Llamacpp)) => forward_to(&ep, Method::GET, "/props", Bytes::new()).await,
+        Err(e) => upstream_error(&e),
         Ok(_) => {
-            let model = st.default_model().await.unwrap_or_default();
+            let model = match named {
+                Some(m) => m,
+                None => st.default_model().await.unwrap_or_default(),
+            };
             let n_ctx = model_list(&st)
                 .await
                 .into_iter()
@@ -90,7 +96,6 @@ async fn props(State(st): St) -> Response {
             }))
             .into_response()
         }
-        Err(r) => r,
     }
 }
 
@@ -123,18 +128,19 @@ async fn tags(State(st): St) -> Response {
 /// Ollama's `/api/show {model}`: forwarded on Ollama; elsewhere what lingo knows of a listed
 /// model (its context length, when the upstream says), or Ollama's 404.
 async fn show(State(st): St, body: Bytes) -> Response {
-    match kind(&st).await {
-        Ok(Kind::Ollama) => forward_body(&st, Method::POST, "/api/show", body).await,
+    let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let Some(name) = v.get("model").or(v.get("name")).and_then(Value::as_str) else {
+        let err = json!({"error": "model is required"});
+        return (StatusCode::BAD_REQUEST, Json(err)).into_response();
+    };
+    match st.aux_endpoint_for(Some(name)).await {
+        Ok((ep, Kind::Ollama)) => forward_to(&ep, Method::POST, "/api/show", body).await,
+        Err(ProxyError::ModelNotFound(_)) => not_found(name),
+        Err(e) => upstream_error(&e),
         Ok(_) => {
-            let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-            let Some(name) = v.get("model").or(v.get("name")).and_then(Value::as_str) else {
-                let err = json!({"error": "model is required"});
-                return (StatusCode::BAD_REQUEST, Json(err)).into_response();
-            };
             let Some((_, n_ctx)) = model_list(&st).await.into_iter().find(|(n, _)| n == name)
             else {
-                let err = json!({ "error": format!("model '{name}' not found") });
-                return (StatusCode::NOT_FOUND, Json(err)).into_response();
+                return not_found(name);
             };
             let mut info = json!({"general.architecture": "lingo"});
             if let Some(n) = n_ctx {
@@ -148,8 +154,13 @@ async fn show(State(st): St, body: Bytes) -> Response {
             }))
             .into_response()
         }
-        Err(r) => r,
     }
+}
+
+/// Ollama's 404 for a model it does not have.
+fn not_found(name: &str) -> Response {
+    let err = json!({ "error": format!("model '{name}' not found") });
+    (StatusCode::NOT_FOUND, Json(err)).into_response()
 }
 
 async fn version(State(st): St) -> Response {

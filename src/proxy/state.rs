@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use crate::config::Config;
 use crate::error::ProxyError;
-use crate::fleet::{Endpoint, Fleet};
+use crate::fleet::{Endpoint, Fleet, Pool};
 use crate::metrics::Metrics;
 use crate::upstream::{Kind, Models};
 
@@ -87,10 +87,42 @@ impl AppState {
         self.fleet.default_pool().models.is_empty()
     }
 
+    /// The pool for `model` as a client named it (aliases resolved; none is the default
+    /// pool). A model no pool knows yet may have been added to an endpoint since, so the
+    /// lists are read again once before the 404 that names the models served.
+    pub async fn pool_for(&self, model: Option<&str>) -> Result<Arc<Pool>, ProxyError> {
+        let model = model.map(|m| self.models.resolve(m));
+        if let Some(p) = self.fleet.pool_for(model) {
+            return Ok(p.clone());
+        }
+        let served = self.refresh_models(false).await;
+        match self.fleet.pool_for(model) {
+            Some(p) => Ok(p.clone()),
+            None => Err(ProxyError::ModelNotFound(format!(
+                "`{}` is not served here; models: {}",
+                model.unwrap_or_default(),
+                served.join(", ")
+            ))),
+        }
+    }
+
     /// The endpoint the routes around generation speak to (`/health`, `/get_server_info`,
     /// ...): the default pool's first healthy one, probing pending ones if none is.
     pub async fn aux_endpoint(&self) -> Result<(Arc<Endpoint>, Kind), ProxyError> {
-        let pool = self.fleet.default_pool();
+        self.aux_endpoint_in(self.fleet.default_pool()).await
+    }
+
+    /// `aux_endpoint` for a route that names a model (`/get_model_info?model=`,
+    /// `/api/show`, `/props?model=`): the first healthy endpoint of that model's pool.
+    pub async fn aux_endpoint_for(
+        &self,
+        model: Option<&str>,
+    ) -> Result<(Arc<Endpoint>, Kind), ProxyError> {
+        let pool = self.pool_for(model).await?;
+        self.aux_endpoint_in(&pool).await
+    }
+
+    async fn aux_endpoint_in(&self, pool: &Pool) -> Result<(Arc<Endpoint>, Kind), ProxyError> {
         self.fleet.first_use().await;
         let set = pool.endpoints();
         let healthy = set

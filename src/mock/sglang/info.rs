@@ -47,6 +47,7 @@ pub(crate) async fn server_info(State(state): State<Arc<MockState>>) -> Json<Val
 }
 
 /// `GET`/`POST /flush_cache`.
-pub(crate) async fn flush_cache() -> &'static str {
+pub(crate) async fn flush_cache(State(state): State<Arc<MockState>>) -> &'static str {
+    state.cache_flushed();
     "Cache flushed.\n"
 }

@@ -164,21 +164,10 @@ async fn route(
         Some(p) if p.policy != Policy::Session || session(p).is_some() => Who::default(),
         _ => serde_json::from_slice(body).unwrap_or_default(),
     };
-    let model = who.model.as_deref().map(|m| st.models.resolve(m));
-    let pool = match fleet.pool_for(model) {
-        Some(p) => p,
-        // A model no pool knows yet may have been added to an endpoint since.
-        None => {
-            let served = st.refresh_models(false).await;
-            match fleet.pool_for(model) {
-                Some(p) => p,
-                None => return Err(unknown_model(model.unwrap_or_default(), &served)),
-            }
-        }
-    };
+    let pool = st.pool_for(who.model.as_deref()).await?;
     fleet.first_use().await;
-    let key = session(pool).or(who.user.as_deref()).map(str::to_string);
-    Ok((pool.clone(), key))
+    let key = session(&pool).or(who.user.as_deref()).map(str::to_string);
+    Ok((pool, key))
 }
 
 /// The endpoint by the pool's policy (none of `tried`), and its kind.
@@ -193,14 +182,6 @@ async fn choose(
         ProxyError::UpstreamUnreachable(format!("could not detect the kind of `{}`", ep.group))
     })?;
     Ok((ep, kind))
-}
-
-/// A 404 naming the models served (with the client's aliases), in the client's shape.
-fn unknown_model(model: &str, served: &[String]) -> ProxyError {
-    ProxyError::ModelNotFound(format!(
-        "`{model}` is not served here; models: {}",
-        served.join(", ")
-    ))
 }
 
 /// `POST /generate`, shared by three dialects: pick one by the body's shape.

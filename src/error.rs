@@ -85,6 +85,10 @@ pub enum ProxyError {
     UpstreamStatus { status: u16, message: String },
     #[error("upstream unreachable: {0}")]
     UpstreamUnreachable(String),
+    /// No connection could be made (refused, unroutable): the request surely never reached
+    /// the upstream, which failover relies on.
+    #[error("upstream unreachable: {0}")]
+    UpstreamRefused(String),
     /// The upstream's connection broke while its answer was being read.
     #[error("the upstream broke off its answer before the end")]
     UpstreamClosed,
@@ -148,6 +152,7 @@ impl ProxyError {
                 StatusCode::from_u16(*status).unwrap_or(StatusCode::BAD_GATEWAY)
             }
             ProxyError::UpstreamUnreachable(_)
+            | ProxyError::UpstreamRefused(_)
             | ProxyError::UpstreamClosed
             | ProxyError::UpstreamProtocol(_) => StatusCode::BAD_GATEWAY,
             ProxyError::Timeout(Timer::ClientBody) => StatusCode::REQUEST_TIMEOUT,
@@ -189,7 +194,9 @@ impl ProxyError {
             ProxyError::ModelNotFound(_) => "model_not_found",
             ProxyError::TooLarge { .. } => "request_too_large",
             ProxyError::UpstreamStatus { .. } => "upstream_status",
-            ProxyError::UpstreamUnreachable(_) => "upstream_unreachable",
+            ProxyError::UpstreamUnreachable(_) | ProxyError::UpstreamRefused(_) => {
+                "upstream_unreachable"
+            }
             ProxyError::UpstreamClosed => "upstream_closed",
             ProxyError::Timeout(t) => t.kind(),
             ProxyError::Unauthorized(_) => "unauthorized",

@@ -35,7 +35,7 @@ impl Reason {
     /// are `timeouts.total` (the request's whole time is spent) and body errors.
     pub fn of(e: &ProxyError) -> Option<Reason> {
         match e {
-            ProxyError::UpstreamUnreachable(m) if connect_failure(m) => Some(Reason::Connect),
+            ProxyError::UpstreamRefused(_) => Some(Reason::Connect),
             ProxyError::UpstreamUnreachable(_) => Some(Reason::Reset),
             ProxyError::UpstreamStatus { status: 429, .. } => Some(Reason::Status429),
             ProxyError::UpstreamStatus { status, .. } if *status >= 500 => Some(Reason::Status5xx),
@@ -57,11 +57,6 @@ impl Reason {
             _ => Outcome::UpstreamError,
         }
     }
-}
-
-/// The words `upstream::Client` uses for a connection that was never made.
-fn connect_failure(message: &str) -> bool {
-    message.contains("refused the connection") || message.contains("could not be connected to")
 }
 
 /// The sliding window the budget counts over, in one-second slots.

@@ -320,17 +320,26 @@ impl Client {
             src = s.source();
         }
         tracing::warn!(upstream = %self.name, url = %self.shown, path, error = %text, "upstream request failed");
-        if text.contains("timed out") || text.contains("timeout") {
-            return ProxyError::Timeout(Timer::Connect);
+        let name = &self.name;
+        match io_kind {
+            // hyper-util's connect timer fails the connect with `TimedOut`.
+            Some(std::io::ErrorKind::TimedOut) => ProxyError::Timeout(Timer::Connect),
+            Some(std::io::ErrorKind::ConnectionRefused) => {
+                ProxyError::UpstreamRefused(format!("`{name}` refused the connection"))
+            }
+            _ if e.is_connect() => {
+                ProxyError::UpstreamRefused(format!("`{name}` could not be connected to"))
+            }
+            Some(std::io::ErrorKind::ConnectionReset) => {
+                ProxyError::UpstreamUnreachable(format!("`{name}` reset the connection"))
+            }
+            Some(std::io::ErrorKind::ConnectionAborted) => {
+                ProxyError::UpstreamUnreachable(format!("`{name}` closed the connection"))
+            }
+            _ => ProxyError::UpstreamUnreachable(format!(
+                "`{name}` closed the connection before answering"
+            )),
         }
-        let what = match io_kind {
-            Some(std::io::ErrorKind::ConnectionRefused) => "refused the connection",
-            Some(std::io::ErrorKind::ConnectionReset) => "reset the connection",
-            Some(std::io::ErrorKind::ConnectionAborted) => "closed the connection",
-            _ if e.is_connect() => "could not be connected to",
-            _ => "closed the connection before answering",
-        };
-        ProxyError::UpstreamUnreachable(format!("`{}` {what}", self.name))
     }
 }
 

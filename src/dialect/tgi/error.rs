@@ -23,6 +23,7 @@ fn error_type(err: &ProxyError) -> &'static str {
         ProxyError::UpstreamStatus { status, .. } if *status < 500 => "validation",
         ProxyError::UpstreamStatus { .. } | ProxyError::Internal(_) => "generation",
         ProxyError::UpstreamUnreachable(_)
+        | ProxyError::UpstreamRefused(_)
         | ProxyError::UpstreamClosed
         | ProxyError::Timeout(_)
         | ProxyError::UpstreamProtocol(_) => "incomplete_generation",

@@ -22,8 +22,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::*;
 use lingo::bench::{BenchConfig, LevelReport};
+use lingo::config::{EndpointConfig, Policy, PoolConfig};
 use lingo::dialect::Dialect;
-use lingo::mock::{MockConfig, MockKind};
+use lingo::mock::{FaultMode, MockConfig, MockKind};
 use lingo::upstream::KindSetting;
 use serde_json::{json, Value};
 
@@ -451,14 +452,32 @@ async fn dashboard_queries_answer_from_a_real_prometheus() {
     let Some(binary) = prometheus_binary() else {
         return;
     };
-    let mock = mock_with(MockConfig {
+    let mock_config = MockConfig {
         kind: MockKind::Vllm,
         ttft: Duration::from_millis(5),
         itl: Duration::from_millis(1),
         ..MockConfig::default()
-    })
-    .await;
-    let base = lingo(config_for(&mock.url(), KindSetting::Vllm)).await;
+    };
+    let mock = mock_with(mock_config.clone()).await;
+    // A second endpoint that resets its first three generation requests: round robin sends
+    // it every other one, each is failed over to `mock` (the client sees nothing), and three
+    // failures in a row eject it, so the fleet row's failover and ejection panels have data.
+    let flaky = mock_with(mock_config).await;
+    flaky.state.arm_fault(Some(FaultMode::Reset), 3);
+    let mut config = config_for(&mock.url(), KindSetting::Vllm);
+    let endpoints = [&mock, &flaky]
+        .map(|m| EndpointConfig::new(&m.url(), KindSetting::Vllm))
+        .to_vec();
+    config.pools.insert(
+        "lingo".into(),
+        PoolConfig {
+            policy: Policy::RoundRobin,
+            endpoints,
+            ..PoolConfig::default()
+        },
+    );
+    config.validate().unwrap();
+    let base = lingo(config).await;
     let target: SocketAddr = base.trim_start_matches("http://").parse().unwrap();
     let prometheus = Prometheus::start(binary, target).await;
     prometheus.wait_for_scrapes(unix_now(), 1).await;
@@ -546,5 +565,12 @@ async fn dashboard_queries_answer_from_a_real_prometheus() {
         errors: prometheus.scalar("sum(lingo_errors_total)").await as u64,
     };
     assert_eq!(seen, counted);
+    // The three resets were failed over, each once, and took the flaky endpoint out.
+    let retried = prometheus.scalar("sum(lingo_endpoint_retries_total)").await;
+    assert_eq!(retried, 3.0);
+    let ejected = prometheus
+        .scalar("sum(lingo_endpoint_ejections_total)")
+        .await;
+    assert!(ejected >= 1.0, "{ejected}");
     prometheus.stop().await;
 }

@@ -231,7 +231,7 @@ impl ProxyError {
 }
 
 /// Decode JSON into a wire struct, naming the offending field path on failure.
-pub fn decode_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ProxyError> {
+pub fn decode_json<'a, T: serde::Deserialize<'a>>(body: &'a [u8]) -> Result<T, ProxyError> {
     let de = &mut serde_json::Deserializer::from_slice(body);
     serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();

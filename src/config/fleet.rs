@@ -25,6 +25,10 @@ pub enum Policy {
     /// A consistent hash of the session header (else the OpenAI `user` field), so a
     /// conversation keeps its endpoint's prefix cache; `least_outstanding` without a key.
     Session,
+    /// A consistent hash of the prompt's start (see `fleet::prefix`) with bounded load:
+    /// requests sharing a long prefix go to one endpoint while it carries at most
+    /// `load_bound` times the pool's mean load, else to the next endpoint for their key.
+    PrefixAffinity,
 }
 
 impl Policy {
@@ -34,6 +38,7 @@ impl Policy {
             Policy::LeastOutstanding => "least_outstanding",
             Policy::Random => "random",
             Policy::Session => "session",
+            Policy::PrefixAffinity => "prefix_affinity",
         }
     }
 }
@@ -45,8 +50,17 @@ pub struct PoolConfig {
     /// The models this pool serves (requests naming one come here). Default: discovered from
     /// the endpoints' model lists.
     pub models: Vec<String>,
-    /// `round_robin`, `least_outstanding`, `random` or `session`. Default `least_outstanding`.
+    /// `round_robin`, `least_outstanding`, `random`, `session` or `prefix_affinity`. Default
+    /// `least_outstanding`.
     pub policy: Policy,
+    /// `prefix_affinity`: no endpoint takes more than this times the pool's mean load (its
+    /// in-flight requests plus the engine's waiting queue); beyond it a request goes to the
+    /// next endpoint for its key. Default 1.25.
+    pub load_bound: f64,
+    /// `prefix_affinity`: how much of a prompt the key covers, in tokens (about 4 characters
+    /// each for text). Prompts that agree this far share an endpoint. A chat's key is its
+    /// messages up to and including the first user message, up to 16 times as long. Default 256.
+    pub prefix_len: u32,
     /// The header `session` hashes. Default `x-session-id`.
     pub session_header: String,
     /// How many times a request that failed before its first byte reached the client is sent
@@ -118,11 +132,55 @@ impl HealthConfig {
     }
 }
 
+/// `[load]`: the engines' own load figures, polled from each endpoint (vLLM's, SGLang's,
+/// TGI's, llama.cpp's metrics), which `least_outstanding` and `prefix_affinity` add to
+/// lingo's in-flight count.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LoadConfig {
+    /// Poll the engines at all. Default true.
+    pub enabled: bool,
+    /// Time between two polls of an endpoint. Default 250ms.
+    #[serde(with = "humantime_serde")]
+    pub interval: Duration,
+    /// A figure older than this is ignored (the endpoint counts as lingo's in-flight alone).
+    /// Default 2s.
+    #[serde(with = "humantime_serde")]
+    pub stale_after: Duration,
+}
+
+impl Default for LoadConfig {
+    fn default() -> LoadConfig {
+        LoadConfig {
+            enabled: true,
+            interval: Duration::from_millis(250),
+            stale_after: Duration::from_secs(2),
+        }
+    }
+}
+
+impl LoadConfig {
+    fn validate(&self) -> Result<(), ConfigError> {
+        if self.interval < Duration::from_millis(10) {
+            return Err(invalid_at("load.interval", "must be at least 10ms"));
+        }
+        if self.stale_after <= self.interval {
+            return Err(invalid_at(
+                "load.stale_after",
+                "must be longer than load.interval",
+            ));
+        }
+        Ok(())
+    }
+}
+
 impl Default for PoolConfig {
     fn default() -> PoolConfig {
         PoolConfig {
             models: Vec::new(),
             policy: Policy::default(),
+            load_bound: 1.25,
+            prefix_len: 256,
             session_header: "x-session-id".into(),
             retries: 2,
             health: None,
@@ -223,6 +281,7 @@ impl Config {
 
     pub(super) fn validate_pools(&self) -> Result<(), ConfigError> {
         self.health.validate("health")?;
+        self.load.validate()?;
         if let Some(p) = &self.default_pool {
             if !self.pools.contains_key(p) {
                 return Err(invalid_at("default_pool", format!("no pool named `{p}`")));
@@ -264,6 +323,18 @@ impl Config {
             }
             if let Some(h) = &pool.health {
                 h.validate(&format!("{key}.health"))?;
+            }
+            if !(pool.load_bound >= 1.0 && pool.load_bound <= 100.0) {
+                return Err(invalid_at(
+                    &format!("{key}.load_bound"),
+                    "must be between 1.0 and 100 (1.25: at most 25% over the mean load)",
+                ));
+            }
+            if !(1..=1 << 20).contains(&pool.prefix_len) {
+                return Err(invalid_at(
+                    &format!("{key}.prefix_len"),
+                    "must be between 1 and 1048576 tokens",
+                ));
             }
             for (i, ep) in pool.endpoints.iter().enumerate() {
                 validate_endpoint(&format!("{key}.endpoints[{i}]"), ep)?;

@@ -13,7 +13,7 @@ use crate::upstream::KindSetting;
 
 mod fleet;
 
-pub use fleet::{check_url, EndpointConfig, HealthConfig, Policy, PoolConfig};
+pub use fleet::{check_url, EndpointConfig, HealthConfig, LoadConfig, Policy, PoolConfig};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -62,6 +62,8 @@ pub struct Config {
     pub discovery: crate::fleet::discovery::DiscoveryConfig,
     /// Health checks of every pool without its own `health` (see `fleet.rs`).
     pub health: HealthConfig,
+    /// The engines' load figures, polled per endpoint (see `fleet.rs`).
+    pub load: LoadConfig,
 }
 
 /// Extra metric names to export beside lingo's own.
@@ -125,6 +127,7 @@ impl Default for Config {
             default_pool: None,
             discovery: Default::default(),
             health: HealthConfig::default(),
+            load: LoadConfig::default(),
         }
     }
 }

@@ -2,13 +2,14 @@
 
 use std::sync::atomic::{AtomicI64, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::SystemTime;
+use std::time::{Duration, Instant, SystemTime};
 
 use super::health::{self, Change, Seen, Vitals};
+use super::load::{self, EngineLoad};
 use crate::config::EndpointConfig;
 use crate::config::HealthConfig;
 use crate::config::{Limits, Timeouts};
-use crate::metrics::{Metrics, OnEnd, Outcome};
+use crate::metrics::{EndpointSeries, Metrics, OnEnd, Outcome};
 use crate::upstream::{detect_kind, list_models, redact_url, Client, Kind, ModelCard};
 
 /// Where an endpoint stands; the picker reads it, probes and outcomes write it.
@@ -79,6 +80,11 @@ pub struct Endpoint {
     pool_healthy: Arc<AtomicUsize>,
     /// Smooth weighted round robin's running weight (read under the pool's pick lock).
     pub(super) current: AtomicI64,
+    /// The engine's own load, as last polled.
+    pub engine: EngineLoad,
+    series: Option<EndpointSeries>,
+    /// Load polls that found nothing in a row, and when the next is due.
+    load_poll: Mutex<(u32, Instant)>,
     metrics: Arc<Metrics>,
 }
 
@@ -91,6 +97,8 @@ pub struct Setup<'a> {
     pub metrics: Arc<Metrics>,
     pub health: Arc<HealthConfig>,
     pub pool_healthy: Arc<AtomicUsize>,
+    /// `load.stale_after`.
+    pub load_stale_after: Duration,
 }
 
 impl Endpoint {
@@ -107,6 +115,7 @@ impl Endpoint {
         }
         let kind = Kind::from_setting(cfg.kind);
         s.metrics.endpoint_health(&s.pool, &s.label, None);
+        let series = s.metrics.endpoint_series(&s.pool, &s.label);
         Endpoint {
             client,
             url: cfg.url.clone(),
@@ -126,6 +135,9 @@ impl Endpoint {
             health_cfg: s.health,
             pool_healthy: s.pool_healthy,
             current: AtomicI64::new(0),
+            engine: EngineLoad::new(s.load_stale_after),
+            series,
+            load_poll: Mutex::new((0, Instant::now())),
             metrics: s.metrics,
         }
     }
@@ -245,6 +257,39 @@ impl Endpoint {
         self.in_flight.load(Ordering::Relaxed)
     }
 
+    /// What policies compare: lingo's requests in flight here plus the engine's waiting
+    /// queue where it is known and fresh.
+    pub fn load(&self) -> usize {
+        self.in_flight() + self.engine.waiting()
+    }
+
+    /// Whether the load poller should ask this endpoint now.
+    pub(super) fn load_poll_due(&self) -> bool {
+        self.load_poll
+            .lock()
+            .map_or(true, |p| Instant::now() >= p.1)
+    }
+
+    /// A poll's result: kept and exported, or (nothing exported) the next poll put off,
+    /// doubling up to 30 s, so a server without load metrics costs almost nothing.
+    pub(super) fn note_load(&self, sample: Option<load::Sample>) {
+        let Ok(mut p) = self.load_poll.lock() else {
+            return;
+        };
+        match sample {
+            Some(s) => {
+                *p = (0, Instant::now());
+                self.engine.set(s);
+                self.metrics.endpoint_engine(&self.pool, &self.label, &s);
+            }
+            None => {
+                p.0 = p.0.saturating_add(1);
+                let wait = Duration::from_millis(250u64 << p.0.min(7)).min(Duration::from_secs(30));
+                p.1 = Instant::now() + wait;
+            }
+        }
+    }
+
     pub fn requests(&self) -> u64 {
         self.requests.load(Ordering::Relaxed)
     }
@@ -327,7 +372,9 @@ impl Endpoint {
     pub fn take(self: &Arc<Self>) -> Ticket {
         self.in_flight.fetch_add(1, Ordering::Relaxed);
         self.requests.fetch_add(1, Ordering::Relaxed);
-        self.metrics.endpoint_started(&self.pool, &self.label);
+        if let Some(m) = &self.series {
+            m.started();
+        }
         Ticket {
             endpoint: self.clone(),
             ended: false,
@@ -352,7 +399,9 @@ impl Ticket {
         }
         let ep = &self.endpoint;
         ep.in_flight.fetch_sub(1, Ordering::Relaxed);
-        ep.metrics.endpoint_finished(&ep.pool, &ep.label, outcome);
+        if let Some(m) = &ep.series {
+            m.finished(outcome);
+        }
         ep.request_ended(outcome);
     }
 

@@ -154,10 +154,8 @@ mod tests {
     #[test]
     fn reasons_come_from_a_closed_set_and_client_errors_are_never_retried() {
         let unreachable = |m: &str| ProxyError::UpstreamUnreachable(format!("`u` {m}"));
-        assert_eq!(
-            Reason::of(&unreachable("refused the connection")),
-            Some(Reason::Connect)
-        );
+        let refused = ProxyError::UpstreamRefused("`u` refused the connection".into());
+        assert_eq!(Reason::of(&refused), Some(Reason::Connect));
         assert_eq!(
             Reason::of(&unreachable("reset the connection")),
             Some(Reason::Reset)

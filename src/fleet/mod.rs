@@ -6,8 +6,10 @@ pub mod discovery;
 mod endpoint;
 mod failover;
 mod health;
+pub mod load;
 mod policy;
 mod pool;
+pub mod prefix;
 pub mod resolve;
 
 pub use endpoint::{Endpoint, Health, Ticket};
@@ -21,6 +23,16 @@ use crate::config::Config;
 use crate::error::ProxyError;
 use crate::metrics::Metrics;
 use crate::upstream::ModelCard;
+
+/// What a request carries for its pool's policy to hash.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Key {
+    None,
+    /// `session`: the session header, else the OpenAI `user` field.
+    Session(String),
+    /// `prefix_affinity`: the prompt's prefix key (`prefix::key`).
+    Prefix(u64),
+}
 
 /// At most this many distinct `endpoint` label values per pool; the rest are `other`.
 pub const MAX_ENDPOINT_LABELS: usize = 64;
@@ -44,16 +56,7 @@ impl Fleet {
         let default_name = config.default_pool_name();
         let pools: Vec<Arc<Pool>> = configs
             .iter()
-            .map(|(name, cfg)| {
-                Arc::new(Pool::new(
-                    name,
-                    cfg,
-                    config.health_for(cfg),
-                    &config.timeouts,
-                    &config.limits,
-                    metrics.clone(),
-                ))
-            })
+            .map(|(name, cfg)| Arc::new(Pool::new(name, cfg, config, metrics.clone())))
             .collect();
         let default = pools
             .iter()
@@ -154,7 +157,7 @@ impl Fleet {
     pub async fn pick(
         &self,
         pool: &Pool,
-        key: Option<&str>,
+        key: &Key,
         tried: &[Arc<Endpoint>],
     ) -> Result<Arc<Endpoint>, ProxyError> {
         pool.pick(key, tried).await.map_err(|why| match why {

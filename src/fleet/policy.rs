@@ -1,24 +1,28 @@
 //! The pick: one endpoint out of a pool's healthy ones, by the pool's policy. Ties are broken
 //! at random, never by position, so the first endpoint of a list is not favoured.
 
-use std::hash::{Hash, Hasher};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use rand::Rng;
 
-use super::Endpoint;
+use super::prefix::unit;
+use super::{Endpoint, Key};
 use crate::config::Policy;
 
-/// Pick from `healthy` (non-empty) by `policy`; `key` is the session key, if any.
-/// `round_robin` must be called under the pool's pick lock (its weights are shared state).
-pub fn pick(policy: Policy, healthy: &[Arc<Endpoint>], key: Option<&str>) -> Arc<Endpoint> {
+/// Pick from `healthy` (non-empty) by `policy`; `key` is what the request carries for it,
+/// `bound` the pool's `load_bound`. `round_robin` must be called under the pool's pick lock
+/// (its weights are shared state).
+pub fn pick(policy: Policy, healthy: &[Arc<Endpoint>], key: &Key, bound: f64) -> Arc<Endpoint> {
     match (policy, key) {
         _ if healthy.len() == 1 => healthy[0].clone(),
         (Policy::RoundRobin, _) => round_robin(healthy),
         (Policy::Random, _) => random(healthy),
-        (Policy::Session, Some(k)) => rendezvous(healthy, k),
-        (Policy::LeastOutstanding | Policy::Session, _) => least_outstanding(healthy),
+        (Policy::Session, Key::Session(k)) => rendezvous(healthy, k.as_bytes()),
+        (Policy::PrefixAffinity, Key::Prefix(k)) => bounded(healthy, &k.to_le_bytes(), bound),
+        (Policy::LeastOutstanding | Policy::Session | Policy::PrefixAffinity, _) => {
+            least_outstanding(healthy)
+        }
     }
 }
 
@@ -58,15 +62,16 @@ fn random(healthy: &[Arc<Endpoint>]) -> Arc<Endpoint> {
     healthy[healthy.len() - 1].clone()
 }
 
-/// Power of two choices: two distinct endpoints at random, the one with fewer requests in
-/// flight (lingo's own count, held until each body ends); a tie is a coin toss.
+/// Power of two choices: two distinct endpoints at random, the less loaded (lingo's own
+/// in-flight count, held until each body ends, plus the engine's waiting queue where it is
+/// known); a tie is a coin toss.
 fn least_outstanding(healthy: &[Arc<Endpoint>]) -> Arc<Endpoint> {
     let mut rng = rand::rng();
     let n = healthy.len();
     let a = rng.random_range(0..n);
     let b = (a + rng.random_range(1..n)) % n;
     let (ea, eb) = (&healthy[a], &healthy[b]);
-    let chosen = match ea.in_flight().cmp(&eb.in_flight()) {
+    let chosen = match ea.load().cmp(&eb.load()) {
         std::cmp::Ordering::Less => ea,
         std::cmp::Ordering::Greater => eb,
         std::cmp::Ordering::Equal if rng.random_bool(0.5) => ea,
@@ -75,26 +80,48 @@ fn least_outstanding(healthy: &[Arc<Endpoint>]) -> Arc<Endpoint> {
     chosen.clone()
 }
 
-/// Weighted rendezvous hashing: each endpoint scores `-weight / ln(h)` for a hash `h` of
-/// (key, endpoint URL) in (0, 1); the highest wins. An endpoint leaving moves only the keys
-/// it had; one joining takes only its share.
-fn rendezvous(healthy: &[Arc<Endpoint>], key: &str) -> Arc<Endpoint> {
-    let score = |e: &Endpoint| {
-        let mut h = std::hash::DefaultHasher::new();
-        key.hash(&mut h);
-        e.url.hash(&mut h);
-        // 53 bits into (0, 1).
-        let unit = ((h.finish() >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
-        -f64::from(e.weight) / unit.ln()
-    };
+/// Weighted rendezvous score of `e` for `key`: `-weight / ln(h)` for a stable hash `h` of
+/// (key, endpoint URL) in (0, 1).
+fn score(key: &[u8], e: &Endpoint) -> f64 {
+    -f64::from(e.weight) / unit(key, &e.url).ln()
+}
+
+/// Weighted rendezvous hashing: the highest score wins. An endpoint leaving moves only the
+/// keys it had; one joining takes only its share.
+fn rendezvous(healthy: &[Arc<Endpoint>], key: &[u8]) -> Arc<Endpoint> {
     let mut best = &healthy[0];
     let mut top = f64::MIN;
     for e in healthy {
-        let s = score(e);
+        let s = score(key, e);
         if s > top {
             top = s;
             best = e;
         }
     }
     best.clone()
+}
+
+/// Consistent hashing with bounded load (Mirrokni et al.) over rendezvous order: the
+/// endpoints ranked by score for `key`, the first whose load after this request stays
+/// within `bound` times its weighted share of the pool's load. Some endpoint always
+/// qualifies (the shares sum to more than the load), and a hot key spills to the same
+/// next endpoints in every lingo replica.
+fn bounded(healthy: &[Arc<Endpoint>], key: &[u8], bound: f64) -> Arc<Endpoint> {
+    let loads: Vec<usize> = healthy.iter().map(|e| e.load()).collect();
+    let total = loads.iter().sum::<usize>() as f64 + 1.0;
+    let weights = healthy.iter().map(|e| f64::from(e.weight)).sum::<f64>();
+    let mut ranked: Vec<(f64, usize)> = healthy
+        .iter()
+        .enumerate()
+        .map(|(i, e)| (score(key, e), i))
+        .collect();
+    ranked.sort_by(|a, b| b.0.total_cmp(&a.0));
+    for (_, i) in &ranked {
+        let cap = (bound * total * f64::from(healthy[*i].weight) / weights).ceil();
+        if (loads[*i] + 1) as f64 <= cap {
+            return healthy[*i].clone();
+        }
+    }
+    // Unreachable by the argument above; the least loaded is the safe answer anyway.
+    least_outstanding(healthy)
 }

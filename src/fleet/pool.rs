@@ -7,14 +7,19 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use super::endpoint::{Endpoint, Health, Setup};
 use super::failover::Budget;
-use super::{policy, MAX_ENDPOINT_LABELS};
-use crate::config::{EndpointConfig, HealthConfig, Limits, Policy, PoolConfig, Timeouts};
+use super::{policy, Key, MAX_ENDPOINT_LABELS};
+use crate::config::{
+    Config, EndpointConfig, HealthConfig, Limits, LoadConfig, Policy, PoolConfig, Timeouts,
+};
 use crate::metrics::Metrics;
 use crate::upstream::{ModelCard, Models};
 
 pub struct Pool {
     pub name: Arc<str>,
     pub policy: Policy,
+    /// `load_bound` and `prefix_len` (for `prefix_affinity`).
+    pub load_bound: f64,
+    pub prefix_len: u32,
     pub session_header: http::HeaderName,
     /// Configured models (empty: the endpoints' own lists decide).
     pub models: Vec<String>,
@@ -40,6 +45,7 @@ pub struct Pool {
 struct Build {
     timeouts: Timeouts,
     limits: Limits,
+    load: LoadConfig,
     metrics: Arc<Metrics>,
 }
 
@@ -52,22 +58,18 @@ pub enum NoPick {
 }
 
 impl Pool {
-    pub fn new(
-        name: &str,
-        cfg: &PoolConfig,
-        health: HealthConfig,
-        timeouts: &Timeouts,
-        limits: &Limits,
-        metrics: Arc<Metrics>,
-    ) -> Pool {
+    /// Pool `name` of `config` (`cfg` is `config.pool_configs()[name]`).
+    pub fn new(name: &str, cfg: &PoolConfig, config: &Config, metrics: Arc<Metrics>) -> Pool {
         let pool = Pool {
-            health: Arc::new(health),
+            health: Arc::new(config.health_for(cfg)),
             retries: cfg.retries,
             budget: Budget::default(),
             healthy: Arc::new(AtomicUsize::new(0)),
             probing: tokio::sync::OnceCell::new(),
             name: Arc::from(name),
             policy: cfg.policy,
+            load_bound: cfg.load_bound,
+            prefix_len: cfg.prefix_len,
             session_header: http::HeaderName::from_bytes(cfg.session_header.as_bytes())
                 .unwrap_or(http::HeaderName::from_static("x-session-id")),
             models: cfg.models.clone(),
@@ -76,8 +78,9 @@ impl Pool {
             pick_lock: Mutex::new(()),
             labels: Mutex::new(HashSet::new()),
             build: Build {
-                timeouts: timeouts.clone(),
-                limits: limits.clone(),
+                timeouts: config.timeouts.clone(),
+                limits: config.limits.clone(),
+                load: config.load.clone(),
                 metrics,
             },
         };
@@ -142,6 +145,7 @@ impl Pool {
             metrics: self.build.metrics.clone(),
             health: self.health.clone(),
             pool_healthy: self.healthy.clone(),
+            load_stale_after: self.build.load.stale_after,
         };
         Endpoint::new(cfg, &group, setup)
     }
@@ -214,6 +218,7 @@ impl Pool {
             .get_or_init(|| async {
                 super::health::round(self).await;
                 super::health::spawn(self);
+                super::load::spawn(self, self.build.load.clone());
             })
             .await;
     }
@@ -222,11 +227,7 @@ impl Pool {
     /// when none is, pending ones are: those of an unknown kind are detected now (so lingo
     /// may start before its servers), once each; the others are tried as they are. Ejected
     /// endpoints never are.
-    pub async fn pick(
-        &self,
-        key: Option<&str>,
-        tried: &[Arc<Endpoint>],
-    ) -> Result<Arc<Endpoint>, NoPick> {
+    pub async fn pick(&self, key: &Key, tried: &[Arc<Endpoint>]) -> Result<Arc<Endpoint>, NoPick> {
         if let Some(e) = self.pick_in(Health::Healthy, key, tried) {
             return Ok(e);
         }
@@ -259,12 +260,7 @@ impl Pool {
             .any(|e| e.health() == Health::Healthy && !tried.iter().any(|t| Arc::ptr_eq(t, e)))
     }
 
-    fn pick_in(
-        &self,
-        state: Health,
-        key: Option<&str>,
-        tried: &[Arc<Endpoint>],
-    ) -> Option<Arc<Endpoint>> {
+    fn pick_in(&self, state: Health, key: &Key, tried: &[Arc<Endpoint>]) -> Option<Arc<Endpoint>> {
         let set = self.endpoints();
         let candidates: Vec<Arc<Endpoint>> = set
             .iter()
@@ -280,6 +276,6 @@ impl Pool {
             Policy::RoundRobin => Some(self.pick_lock.lock().unwrap_or_else(|e| e.into_inner())),
             _ => None,
         };
-        Some(policy::pick(self.policy, &candidates, key))
+        Some(policy::pick(self.policy, &candidates, key, self.load_bound))
     }
 }

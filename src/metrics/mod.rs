@@ -18,7 +18,8 @@ pub use open::{OnEnd, OpenRecord};
 pub use record::{Labels, Outcome, RequestRecord};
 
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder,
+    Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry,
+    TextEncoder,
 };
 
 use names::*;
@@ -63,12 +64,36 @@ pub struct Metrics {
     endpoint_requests: IntCounterVec,
     endpoint_in_flight: IntGaugeVec,
     endpoint_healthy: IntGaugeVec,
+    endpoint_waiting: IntGaugeVec,
+    endpoint_running: IntGaugeVec,
+    endpoint_kv: GaugeVec,
     endpoint_ejections: IntCounterVec,
     endpoint_retries: IntCounterVec,
     vllm: Option<vllm::VllmCompat>,
     log: Option<RequestLog>,
     /// Record nothing (`--no-metrics`, to measure what metrics cost).
     off: bool,
+}
+
+/// See `Metrics::endpoint_series`.
+#[derive(Clone)]
+pub struct EndpointSeries {
+    in_flight: prometheus::IntGauge,
+    outcomes: [prometheus::IntCounter; 5],
+}
+
+impl EndpointSeries {
+    /// A request was given to the endpoint.
+    pub fn started(&self) {
+        self.in_flight.inc();
+    }
+
+    /// Its request ended (the response body ended or was dropped).
+    pub fn finished(&self, outcome: Outcome) {
+        self.in_flight.dec();
+        let i = Outcome::ALL.iter().position(|o| *o == outcome).unwrap_or(0);
+        self.outcomes[i].inc();
+    }
 }
 
 fn counter(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -79,6 +104,12 @@ fn counter(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterV
 
 fn gauge(r: &Registry, (name, help): (&str, &str), labels: &[&str]) -> IntGaugeVec {
     let g = IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric");
+    r.register(Box::new(g.clone())).expect("unique metric");
+    g
+}
+
+fn float_gauge(r: &Registry, (name, help): (&str, &str), labels: &[&str]) -> GaugeVec {
+    let g = GaugeVec::new(Opts::new(name, help), labels).expect("valid metric");
     r.register(Box::new(g.clone())).expect("unique metric");
     g
 }
@@ -149,6 +180,9 @@ impl Metrics {
             ),
             endpoint_in_flight,
             endpoint_healthy: gauge(&r, ENDPOINT_HEALTHY, &["pool", "endpoint"]),
+            endpoint_waiting: gauge(&r, ENDPOINT_ENGINE_WAITING, &["pool", "endpoint"]),
+            endpoint_running: gauge(&r, ENDPOINT_ENGINE_RUNNING, &["pool", "endpoint"]),
+            endpoint_kv: float_gauge(&r, ENDPOINT_KV_USAGE, &["pool", "endpoint"]),
             endpoint_ejections: counter(
                 &r,
                 ENDPOINT_EJECTIONS.0,
@@ -196,27 +230,21 @@ impl Metrics {
         String::from_utf8(out).unwrap_or_default()
     }
 
-    /// A request was given to an endpoint (labels from the pool's capped set).
-    pub fn endpoint_started(&self, pool: &str, endpoint: &str) {
+    /// One endpoint's per-request series (labels from the pool's capped set), resolved once:
+    /// a label lookup costs a hash and a lock, twice per request otherwise. `None` when
+    /// metrics are off.
+    pub fn endpoint_series(&self, pool: &str, endpoint: &str) -> Option<EndpointSeries> {
         if self.off {
-            return;
+            return None;
         }
-        self.endpoint_in_flight
-            .with_label_values(&[pool, endpoint])
-            .inc();
-    }
-
-    /// An endpoint's request ended (its response body ended or was dropped).
-    pub fn endpoint_finished(&self, pool: &str, endpoint: &str, outcome: Outcome) {
-        if self.off {
-            return;
-        }
-        self.endpoint_in_flight
-            .with_label_values(&[pool, endpoint])
-            .dec();
-        self.endpoint_requests
-            .with_label_values(&[pool, endpoint, outcome.label()])
-            .inc();
+        let outcomes = Outcome::ALL.map(|o| {
+            self.endpoint_requests
+                .with_label_values(&[pool, endpoint, o.label()])
+        });
+        Some(EndpointSeries {
+            in_flight: self.endpoint_in_flight.with_label_values(&[pool, endpoint]),
+            outcomes,
+        })
     }
 
     /// `healthy` is `Some(true)` when an endpoint becomes healthy, `Some(false)` when it stops
@@ -235,6 +263,28 @@ impl Metrics {
         self.endpoint_healthy
             .with_label_values(&[pool, endpoint])
             .add(change);
+    }
+
+    /// An endpoint's engine reported its load. Endpoints past the label cap (`other`) share
+    /// one series, which a set would make one of theirs at random: they are not exported.
+    pub fn endpoint_engine(&self, pool: &str, endpoint: &str, s: &crate::fleet::load::Sample) {
+        if self.off || endpoint == "other" {
+            return;
+        }
+        let labels = [pool, endpoint];
+        if let Some(w) = s.waiting {
+            self.endpoint_waiting
+                .with_label_values(&labels)
+                .set(i64::from(w));
+        }
+        if let Some(r) = s.running {
+            self.endpoint_running
+                .with_label_values(&labels)
+                .set(i64::from(r));
+        }
+        if let Some(k) = s.kv_usage {
+            self.endpoint_kv.with_label_values(&labels).set(k);
+        }
     }
 
     /// An endpoint was taken out of rotation.

@@ -116,6 +116,18 @@ pub const ENDPOINT_EJECTIONS: (&str, &str) = (
     "lingo_endpoint_ejections_total",
     "Times an endpoint was taken out of rotation (failures in a row, failed probes, Retry-After).",
 );
+pub const ENDPOINT_ENGINE_WAITING: (&str, &str) = (
+    "lingo_endpoint_engine_waiting",
+    "Requests waiting in the endpoint engine's own queue, as it last reported (vLLM num_requests_waiting, SGLang num_queue_reqs, TGI queue_size, llama.cpp requests_deferred).",
+);
+pub const ENDPOINT_ENGINE_RUNNING: (&str, &str) = (
+    "lingo_endpoint_engine_running",
+    "Requests the endpoint's engine reported running (in its batch).",
+);
+pub const ENDPOINT_KV_USAGE: (&str, &str) = (
+    "lingo_endpoint_kv_cache_usage",
+    "KV-cache use of the endpoint's engine, 0 to 1, as it last reported.",
+);
 pub const ENDPOINT_RETRIES: (&str, &str) = (
     "lingo_endpoint_retries_total",
     "Requests sent to another endpoint of their pool after one failed before its first byte, by reason.",

@@ -14,6 +14,14 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    pub const ALL: [Outcome; 5] = [
+        Outcome::Ok,
+        Outcome::ClientError,
+        Outcome::UpstreamError,
+        Outcome::Timeout,
+        Outcome::Cancelled,
+    ];
+
     pub fn label(self) -> &'static str {
         match self {
             Outcome::Ok => "ok",

@@ -41,12 +41,19 @@ fn endpoint(e: &Endpoint) -> Value {
             .unwrap_or(0.0);
         json!({"message": message, "at_unix": at})
     });
+    // The engine's own figures, while fresh (null otherwise: see `fleet::load`).
+    let engine = e.engine.fresh().map(|(s, age)| {
+        json!({"waiting": s.waiting, "running": s.running, "kv_cache_usage": s.kv_usage,
+               "age_ms": age.as_millis() as u64})
+    });
     json!({
         "url": e.shown,
         "kind": e.kind_now().map(|k| k.label()),
         "group": e.group,
         "state": e.health().label(),
         "in_flight": e.in_flight(),
+        "load": e.load(),
+        "engine": engine,
         "requests": e.requests(),
         "ejections": e.ejections(),
         "weight": e.weight,

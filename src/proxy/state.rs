@@ -130,7 +130,7 @@ impl AppState {
             .find(|e| e.health() == crate::fleet::Health::Healthy);
         let ep = match healthy {
             Some(e) => e.clone(),
-            None => self.fleet.pick(pool, None, &[]).await?,
+            None => self.fleet.pick(pool, &crate::fleet::Key::None, &[]).await?,
         };
         match ep.kind().await {
             Some(k) => Ok((ep, k)),

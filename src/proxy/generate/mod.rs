@@ -2,6 +2,7 @@
 //! translate through the canonical model otherwise.
 
 mod body;
+mod glance;
 mod passthrough;
 mod translate;
 
@@ -18,8 +19,9 @@ use super::{respond, AppState};
 use crate::config::Policy;
 use crate::dialect::Dialect;
 use crate::error::ProxyError;
-use crate::fleet::{Endpoint, Pool, Reason};
+use crate::fleet::{prefix, Endpoint, Key, Pool, Reason};
 use crate::upstream::{Kind, Route};
+use glance::{Glance, Lazy};
 
 pub async fn handle(
     State(st): State<Arc<AppState>>,
@@ -70,7 +72,8 @@ async fn run(
     headers: &HeaderMap,
     body: Bytes,
 ) -> Response {
-    let (pool, key) = match route(st, headers, &body).await {
+    let glance = Lazy::new(&body);
+    let (pool, key) = match route(st, headers, &glance).await {
         Ok(p) => p,
         Err(e) => {
             let rec = respond::record(st, dialect, None, &at);
@@ -81,7 +84,7 @@ async fn run(
     let mut tried: Vec<Arc<Endpoint>> = Vec::new();
     let mut last: Option<ProxyError> = None;
     loop {
-        let (ep, kind) = match choose(st, &pool, key.as_deref(), &tried).await {
+        let (ep, kind) = match choose(st, &pool, &key, &tried).await {
             Ok(p) => p,
             // After a failed attempt, its error says more than "nothing left to try".
             Err(e) => {
@@ -98,7 +101,9 @@ async fn run(
         // in a mixed pool speaks its own endpoint's dialect).
         let attempt = match kind.route(dialect) {
             Route::Passthrough => {
-                passthrough::handle(st, &ep, kind, dialect, headers, body.clone(), &at, retry).await
+                let body = body.clone();
+                passthrough::handle(st, &ep, kind, dialect, headers, body, &glance, &at, retry)
+                    .await
             }
             Route::Translate(target) => {
                 let way = (dialect, target);
@@ -137,44 +142,51 @@ fn failed(
     Ok(respond::error(st, rec, dialect, &e))
 }
 
-/// The fields routing reads from a request body (any dialect names its model `model`; the
-/// OpenAI `user` is a session key).
-#[derive(serde::Deserialize, Default)]
-struct Who {
-    model: Option<String>,
-    user: Option<String>,
-}
-
-/// The pool by the request's model, and the request's session key. The body is read here
-/// only when routing needs it (several pools, or a session policy without the header); a
-/// body that does not parse is left to the handler's decoder to refuse.
+/// The pool by the request's model, and the request's key for the pool's policy: the
+/// session header (else the OpenAI `user` field) under `session`, the prompt's prefix under
+/// `prefix_affinity`. The body is read here only when routing needs it (several pools, a
+/// session without its header, a prefix); a body that does not parse is left to the
+/// handler's decoder to refuse.
 async fn route(
     st: &AppState,
     headers: &HeaderMap,
-    body: &[u8],
-) -> Result<(Arc<Pool>, Option<String>), ProxyError> {
+    glance: &Lazy<'_>,
+) -> Result<(Arc<Pool>, Key), ProxyError> {
     let fleet = &st.fleet;
-    let session = |p: &Pool| {
+    let header = |p: &Pool| {
         (p.policy == Policy::Session)
             .then(|| headers.get(&p.session_header)?.to_str().ok())
             .flatten()
+            .map(str::to_string)
     };
     let single = (!fleet.routes_by_model()).then(|| fleet.default_pool());
-    let who: Who = match single {
-        Some(p) if p.policy != Policy::Session || session(p).is_some() => Who::default(),
-        _ => serde_json::from_slice(body).unwrap_or_default(),
+    let reads_body = |p: &Pool| match p.policy {
+        Policy::Session => header(p).is_none(),
+        Policy::PrefixAffinity => true,
+        _ => false,
     };
-    let pool = st.pool_for(who.model.as_deref()).await?;
+    let empty = Glance::default();
+    let g = match single {
+        Some(p) if !reads_body(p) => &empty,
+        _ => glance.get().as_ref().unwrap_or(&empty),
+    };
+    let pool = st.pool_for(g.model.as_deref()).await?;
     fleet.first_use().await;
-    let key = session(&pool).or(who.user.as_deref()).map(str::to_string);
-    Ok((pool, key))
+    let key = match pool.policy {
+        Policy::Session => header(&pool).or_else(|| g.user.clone()).map(Key::Session),
+        Policy::PrefixAffinity => {
+            prefix::key(glance.body(), &g.span, pool.prefix_len).map(Key::Prefix)
+        }
+        _ => None,
+    };
+    Ok((pool, key.unwrap_or(Key::None)))
 }
 
 /// The endpoint by the pool's policy (none of `tried`), and its kind.
 async fn choose(
     st: &AppState,
     pool: &Pool,
-    key: Option<&str>,
+    key: &Key,
     tried: &[Arc<Endpoint>],
 ) -> Result<(Arc<Endpoint>, Kind), ProxyError> {
     let ep = st.fleet.pick(pool, key, tried).await?;

@@ -4,12 +4,11 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use http::{HeaderMap, StatusCode};
-use serde::Deserialize;
 use serde_json::Value;
 
 use super::super::{respond, AppState};
+use super::glance::Lazy;
 use super::{failed, Attempt};
-use crate::dialect::ctx::IdsLen;
 use crate::dialect::Dialect;
 use crate::error::{decode_json, ProxyError};
 use crate::fleet::Endpoint;
@@ -17,39 +16,6 @@ use crate::metrics::{Outcome, Summary};
 use crate::stream::pipeline::{pipeline, rewrite_model, Output, Upstream};
 use crate::stream::timers::Timers;
 use crate::upstream::{forward_headers, Kind};
-
-/// The only fields passthrough reads from a request.
-#[derive(Deserialize)]
-struct Peek {
-    model: Option<String>,
-    /// Absent means the dialect's default (Ollama streams by default).
-    stream: Option<bool>,
-    stream_options: Option<StreamOptions>,
-    /// A token-id prompt's length, known before the upstream says (SGLang, OpenAI).
-    #[serde(default)]
-    input_ids: IdsLen,
-    #[serde(default)]
-    prompt: IdsLen,
-}
-
-#[derive(Deserialize)]
-struct StreamOptions {
-    include_usage: Option<bool>,
-}
-
-impl Peek {
-    /// An OpenAI stream without usage gives lingo no token counts: ask for them, and strip
-    /// the extra chunk from what the client receives.
-    fn needs_usage(&self, dialect: Dialect) -> bool {
-        let asked = self.stream_options.as_ref().and_then(|o| o.include_usage) == Some(true);
-        let openai = matches!(dialect, Dialect::OpenaiCompletions | Dialect::OpenaiChat);
-        self.streams(dialect) && !asked && openai
-    }
-
-    fn streams(&self, dialect: Dialect) -> bool {
-        self.stream.unwrap_or(dialect.streams_by_default())
-    }
-}
 
 /// The `model` to send upstream, when it must change: an alias becomes its target, and TGI's
 /// Messages API takes anything but `"tgi"` for a LoRA adapter id, so its own model is `"tgi"`.
@@ -82,14 +48,15 @@ pub async fn handle(
     dialect: Dialect,
     headers: &HeaderMap,
     body: Bytes,
+    glance: &Lazy<'_>,
     at: &respond::Arrival,
     retry: bool,
 ) -> Attempt {
-    let peek: Peek = match decode_json(&body) {
+    let peek = match glance.get() {
         Ok(p) => p,
         Err(e) => {
             let rec = respond::record(st, dialect, None, at);
-            return Ok(respond::error(st, rec, dialect, &e));
+            return Ok(respond::error(st, rec, dialect, e));
         }
     };
     let alias = peek.model.as_deref().filter(|m| st.models.is_alias(m));
@@ -101,7 +68,7 @@ pub async fn handle(
     let stream = peek.streams(dialect) || at.stream;
     let mut rec = respond::record(st, dialect, label_model.as_deref(), at);
     rec.stream = stream;
-    rec.prompt_tokens = peek.input_ids.0.or(peek.prompt.0);
+    rec.prompt_tokens = peek.ids_len;
     let strip_usage = peek.needs_usage(dialect);
     let send_model = upstream_model(st, kind, dialect, peek.model.as_deref()).await;
     let body = match (&send_model, strip_usage) {
@@ -219,7 +186,7 @@ fn with_usage_option(body: &[u8]) -> Bytes {
     Bytes::from(out)
 }
 
-/// Whether a body that parsed as `Peek` is a JSON object (serde also reads structs from
+/// Whether a body that parsed as a `Glance` is a JSON object (serde also reads structs from
 /// arrays).
 fn is_object(body: &[u8]) -> bool {
     body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{')

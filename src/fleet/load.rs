@@ -1,0 +1,304 @@
+//! The engines' own load: each endpoint's waiting queue, running requests and KV-cache use,
+//! read from what its kind exports (vLLM's, SGLang's, TGI's and llama.cpp's Prometheus
+//! names; SGLang's `/get_load` where its metrics are off), polled every `load.interval`.
+//! Ollama and plain OpenAI servers export none: lingo's own in-flight count stands alone.
+//! A figure older than `load.stale_after` is ignored, so a server whose metrics stop
+//! answering is still used, balanced by lingo's count.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+use serde::Deserialize;
+
+use super::{Endpoint, Health, Pool};
+use crate::config::LoadConfig;
+use crate::upstream::Kind;
+
+/// One reading of an engine's load; a figure its kind does not export is `None`.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Sample {
+    pub waiting: Option<u32>,
+    pub running: Option<u32>,
+    /// KV-cache use, 0..=1.
+    pub kv_usage: Option<f64>,
+}
+
+/// An endpoint's last reading and when it was taken (lock-free: pickers read it per request).
+#[derive(Debug)]
+pub struct EngineLoad {
+    /// `u32::MAX` for a figure not known.
+    waiting: AtomicU32,
+    running: AtomicU32,
+    /// KV use in millionths, `u32::MAX` when not known.
+    kv_ppm: AtomicU32,
+    /// Milliseconds since `epoch()` of the reading, 0 for none yet.
+    at_ms: AtomicU64,
+    stale_ms: u64,
+}
+
+const UNKNOWN: u32 = u32::MAX;
+
+fn epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+fn now_ms() -> u64 {
+    // Never 0, which means "no reading".
+    epoch().elapsed().as_millis() as u64 + 1
+}
+
+impl EngineLoad {
+    pub fn new(stale_after: Duration) -> EngineLoad {
+        EngineLoad {
+            waiting: AtomicU32::new(UNKNOWN),
+            running: AtomicU32::new(UNKNOWN),
+            kv_ppm: AtomicU32::new(UNKNOWN),
+            at_ms: AtomicU64::new(0),
+            stale_ms: stale_after.as_millis() as u64,
+        }
+    }
+
+    pub fn set(&self, s: Sample) {
+        let put = |a: &AtomicU32, v: Option<u32>| {
+            a.store(v.map_or(UNKNOWN, |v| v.min(UNKNOWN - 1)), Ordering::Relaxed);
+        };
+        put(&self.waiting, s.waiting);
+        put(&self.running, s.running);
+        let ppm = s.kv_usage.map(|k| (k.clamp(0.0, 1.0) * 1e6) as u32);
+        put(&self.kv_ppm, ppm);
+        self.at_ms.store(now_ms(), Ordering::Relaxed);
+    }
+
+    /// The last reading and its age, if it is not stale.
+    pub fn fresh(&self) -> Option<(Sample, Duration)> {
+        let at = self.at_ms.load(Ordering::Relaxed);
+        let age = now_ms().checked_sub(at).filter(|_| at > 0)?;
+        if age > self.stale_ms {
+            return None;
+        }
+        let get = |a: &AtomicU32| Some(a.load(Ordering::Relaxed)).filter(|v| *v != UNKNOWN);
+        let sample = Sample {
+            waiting: get(&self.waiting),
+            running: get(&self.running),
+            kv_usage: get(&self.kv_ppm).map(|p| f64::from(p) / 1e6),
+        };
+        Some((sample, Duration::from_millis(age)))
+    }
+
+    /// The engine's waiting queue, when known and fresh: what policies add to lingo's count.
+    pub fn waiting(&self) -> usize {
+        self.fresh()
+            .and_then(|(s, _)| s.waiting)
+            .map_or(0, |w| w as usize)
+    }
+}
+
+/// Where a kind publishes its load.
+fn source(kind: Kind) -> Option<&'static str> {
+    match kind {
+        Kind::Vllm | Kind::Sglang | Kind::Tgi | Kind::Llamacpp => Some("/metrics"),
+        Kind::Ollama | Kind::Openai => None,
+    }
+}
+
+/// The names each kind uses: (waiting, running, KV use).
+fn names(
+    kind: Kind,
+) -> (
+    &'static [&'static str],
+    &'static [&'static str],
+    &'static [&'static str],
+) {
+    match kind {
+        Kind::Vllm | Kind::Openai | Kind::Ollama => (
+            &["vllm:num_requests_waiting"],
+            &["vllm:num_requests_running"],
+            &["vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"],
+        ),
+        Kind::Sglang => (
+            &["sglang:num_queue_reqs"],
+            &["sglang:num_running_reqs"],
+            &["sglang:token_usage"],
+        ),
+        Kind::Tgi => (&["tgi_queue_size"], &["tgi_batch_current_size"], &[]),
+        Kind::Llamacpp => (
+            &["llamacpp:requests_deferred"],
+            &["llamacpp:requests_processing"],
+            &["llamacpp:kv_cache_usage_ratio"],
+        ),
+    }
+}
+
+/// A reading from a Prometheus exposition: queue and running summed over series (one per
+/// engine of a data-parallel server), KV use averaged. `None` if none of the names is there.
+pub fn parse_metrics(kind: Kind, text: &str) -> Option<Sample> {
+    let (w, r, k) = names(kind);
+    let mut sums = [(0.0f64, 0u32); 3];
+    for line in text.lines() {
+        if line.starts_with('#') {
+            continue;
+        }
+        let Some((series, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let name = series.split(['{', ' ']).next().unwrap_or_default();
+        let Ok(v) = value.trim().parse::<f64>() else {
+            continue;
+        };
+        for (i, set) in [w, r, k].iter().enumerate() {
+            if set.contains(&name) && v.is_finite() && v >= 0.0 {
+                sums[i].0 += v;
+                sums[i].1 += 1;
+            }
+        }
+    }
+    if sums.iter().all(|s| s.1 == 0) {
+        return None;
+    }
+    let count = |i: usize| (sums[i].1 > 0).then(|| sums[i].0.min(f64::from(UNKNOWN - 1)) as u32);
+    let kv = (sums[2].1 > 0).then(|| sums[2].0 / f64::from(sums[2].1));
+    Some(Sample {
+        waiting: count(0),
+        running: count(1),
+        kv_usage: kv,
+    })
+}
+
+/// SGLang's `/get_load`: one entry per data-parallel rank.
+#[derive(Deserialize)]
+struct RankLoad {
+    #[serde(default)]
+    num_reqs: u64,
+    #[serde(default)]
+    num_waiting_reqs: u64,
+}
+
+pub fn parse_sglang_load(body: &[u8]) -> Option<Sample> {
+    let ranks: Vec<RankLoad> = match serde_json::from_slice(body) {
+        Ok(v) => v,
+        Err(_) => vec![serde_json::from_slice(body).ok()?],
+    };
+    let waiting: u64 = ranks.iter().map(|r| r.num_waiting_reqs).sum();
+    let all: u64 = ranks.iter().map(|r| r.num_reqs).sum();
+    let clamp = |v: u64| u32::try_from(v).unwrap_or(UNKNOWN - 1);
+    Some(Sample {
+        waiting: Some(clamp(waiting)),
+        running: Some(clamp(all.saturating_sub(waiting))),
+        kv_usage: None,
+    })
+}
+
+/// Read one endpoint's load now; `None` when it exports none (or did not answer).
+pub async fn read(ep: &Endpoint) -> Option<Sample> {
+    let kind = ep.kind_now()?;
+    let path = source(kind)?;
+    if let Ok(resp) = ep.client.get(path).await {
+        if resp.status.is_success() {
+            if let Ok(body) = resp.bytes().await {
+                if let Some(s) = parse_metrics(kind, &String::from_utf8_lossy(&body)) {
+                    return Some(s);
+                }
+            }
+        }
+    }
+    if kind != Kind::Sglang {
+        return None;
+    }
+    let resp = ep.client.get("/get_load").await.ok()?;
+    if !resp.status.is_success() {
+        return None;
+    }
+    parse_sglang_load(&resp.bytes().await.ok()?)
+}
+
+/// Poll every endpoint of `pool` that takes requests, every `cfg.interval`, for as long as
+/// the pool lives. An endpoint that exports nothing is asked again less and less often (up
+/// to every 30 s), so a server without metrics costs nearly nothing.
+pub fn spawn(pool: &Arc<Pool>, cfg: LoadConfig) {
+    if !cfg.enabled {
+        return;
+    }
+    let weak: Weak<Pool> = Arc::downgrade(pool);
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(cfg.interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let Some(p) = weak.upgrade() else { return };
+            let set = p.endpoints();
+            let due = set
+                .iter()
+                .filter(|e| matches!(e.health(), Health::Healthy | Health::Pending))
+                .filter(|e| e.load_poll_due());
+            let reads = due.map(|e| async move {
+                // Bounded by the interval: a slow server's figure would be stale anyway.
+                let got =
+                    tokio::time::timeout(cfg.interval.max(Duration::from_millis(100)), read(e))
+                        .await;
+                e.note_load(got.ok().flatten());
+            });
+            futures_util::future::join_all(reads).await;
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vllm_names_are_summed_and_kv_averaged() {
+        let text = "# HELP vllm:num_requests_waiting x\n\
+            vllm:num_requests_waiting{engine=\"0\",model_name=\"m\"} 3.0\n\
+            vllm:num_requests_waiting{engine=\"1\",model_name=\"m\"} 4.0\n\
+            vllm:num_requests_running{model_name=\"m\"} 2\n\
+            vllm:kv_cache_usage_perc{engine=\"0\"} 0.5\n\
+            vllm:kv_cache_usage_perc{engine=\"1\"} 0.25\n\
+            vllm:num_requests_waiting_by_reason{reason=\"capacity\"} 9\n";
+        let s = parse_metrics(Kind::Vllm, text).unwrap();
+        assert_eq!((s.waiting, s.running), (Some(7), Some(2)));
+        assert_eq!(s.kv_usage, Some(0.375));
+        assert_eq!(parse_metrics(Kind::Vllm, "other_metric 1\n"), None);
+    }
+
+    #[test]
+    fn each_kind_reads_its_own_names() {
+        let s = parse_metrics(Kind::Sglang, "sglang:num_queue_reqs{name=\"m\"} 5\n").unwrap();
+        assert_eq!((s.waiting, s.running), (Some(5), None));
+        let s = parse_metrics(Kind::Tgi, "tgi_queue_size 2\ntgi_batch_current_size 8\n").unwrap();
+        assert_eq!((s.waiting, s.running), (Some(2), Some(8)));
+        let text = "llamacpp:requests_deferred 1\nllamacpp:requests_processing 4\n";
+        let s = parse_metrics(Kind::Llamacpp, text).unwrap();
+        assert_eq!((s.waiting, s.running), (Some(1), Some(4)));
+        let s = parse_sglang_load(br#"[{"num_reqs":5,"num_waiting_reqs":2},{"num_reqs":1}]"#);
+        assert_eq!(s.unwrap().waiting, Some(2));
+        assert_eq!(parse_sglang_load(b"nonsense"), None);
+    }
+
+    #[test]
+    fn a_reading_goes_stale() {
+        let l = EngineLoad::new(Duration::ZERO);
+        assert_eq!(l.fresh(), None);
+        l.set(Sample {
+            waiting: Some(3),
+            ..Sample::default()
+        });
+        // Stale after 0 ms: fresh only within the same millisecond.
+        let f = l.fresh().map(|(s, _)| s.waiting);
+        assert!(f.is_none() || f == Some(Some(3)));
+        let l = EngineLoad::new(Duration::from_secs(60));
+        l.set(Sample {
+            waiting: Some(3),
+            running: None,
+            kv_usage: Some(0.5),
+        });
+        let (s, _) = l.fresh().unwrap();
+        assert_eq!(
+            (s.waiting, s.running, s.kv_usage),
+            (Some(3), None, Some(0.5))
+        );
+        assert_eq!(l.waiting(), 3);
+    }
+}

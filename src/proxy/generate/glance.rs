@@ -1,0 +1,188 @@
+//! The one parse of a request body that routing and passthrough share: the model, the
+//! session fields, the stream flags, token-id prompt lengths, and where the prompt lies (for
+//! `prefix_affinity`'s key). Made at most once per request, and only when something needs it:
+//! translation decodes the body in full anyway and reads none of this unless routing does.
+
+use std::borrow::Cow;
+use std::ops::Range;
+use std::sync::OnceLock;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use crate::dialect::ctx::IdsLen;
+use crate::dialect::Dialect;
+use crate::error::{decode_json, ProxyError};
+use crate::fleet::prefix::PromptSpan;
+
+#[derive(Debug, Default)]
+pub struct Glance {
+    pub model: Option<String>,
+    pub user: Option<String>,
+    /// Absent means the dialect's default (Ollama streams by default).
+    pub stream: Option<bool>,
+    /// `stream_options` present at all, and its `include_usage`.
+    pub stream_options: Option<Option<bool>>,
+    /// A token-id prompt's length, known before the upstream says (SGLang, OpenAI).
+    pub ids_len: Option<u64>,
+    pub span: PromptSpan,
+}
+
+impl Glance {
+    /// An OpenAI stream without usage gives lingo no token counts: ask for them, and strip
+    /// the extra chunk from what the client receives.
+    pub fn needs_usage(&self, dialect: Dialect) -> bool {
+        let asked = self.stream_options.flatten() == Some(true);
+        let openai = matches!(dialect, Dialect::OpenaiCompletions | Dialect::OpenaiChat);
+        self.streams(dialect) && !asked && openai
+    }
+
+    pub fn streams(&self, dialect: Dialect) -> bool {
+        self.stream.unwrap_or(dialect.streams_by_default())
+    }
+}
+
+/// A body's glance, parsed on first use.
+pub struct Lazy<'a> {
+    body: &'a [u8],
+    cell: OnceLock<Result<Glance, ProxyError>>,
+}
+
+impl<'a> Lazy<'a> {
+    pub fn new(body: &'a [u8]) -> Lazy<'a> {
+        Lazy {
+            body,
+            cell: OnceLock::new(),
+        }
+    }
+
+    /// The glance, or the 400 naming the field that does not parse.
+    pub fn get(&self) -> &Result<Glance, ProxyError> {
+        self.cell.get_or_init(|| parse(self.body))
+    }
+
+    pub fn body(&self) -> &'a [u8] {
+        self.body
+    }
+}
+
+#[derive(Deserialize)]
+struct Raw<'a> {
+    #[serde(borrow)]
+    model: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    user: Option<Cow<'a, str>>,
+    stream: Option<bool>,
+    stream_options: Option<StreamOptions>,
+    #[serde(borrow)]
+    input_ids: Option<&'a RawValue>,
+    #[serde(borrow)]
+    prompt: Option<&'a RawValue>,
+    #[serde(borrow)]
+    text: Option<&'a RawValue>,
+    #[serde(borrow)]
+    inputs: Option<&'a RawValue>,
+    #[serde(borrow)]
+    system: Option<&'a RawValue>,
+    #[serde(borrow)]
+    messages: Option<Vec<&'a RawValue>>,
+}
+
+#[derive(Deserialize)]
+struct StreamOptions {
+    include_usage: Option<bool>,
+}
+
+#[derive(Deserialize)]
+struct Role<'a> {
+    #[serde(borrow)]
+    role: Option<Cow<'a, str>>,
+}
+
+fn parse(body: &[u8]) -> Result<Glance, ProxyError> {
+    let raw: Raw = decode_json(body)?;
+    let ids =
+        |v: Option<&RawValue>| v.and_then(|v| serde_json::from_str::<IdsLen>(v.get()).ok()?.0);
+    let ids_len = ids(raw.input_ids).or_else(|| ids(raw.prompt));
+    let prompt = raw.input_ids.or(raw.prompt).or(raw.text).or(raw.inputs);
+    let span = PromptSpan {
+        system: raw.system.and_then(|v| range(body, v)),
+        prompt: prompt.and_then(|v| range(body, v)),
+        chat: raw.messages.as_deref().and_then(|m| chat_range(body, m)),
+    };
+    Ok(Glance {
+        model: raw.model.map(Cow::into_owned),
+        user: raw.user.map(Cow::into_owned),
+        stream: raw.stream,
+        stream_options: raw.stream_options.map(|o| o.include_usage),
+        ids_len,
+        span,
+    })
+}
+
+/// Where `v` (borrowed from `body`) lies in it.
+fn range(body: &[u8], v: &RawValue) -> Option<Range<usize>> {
+    let start = (v.get().as_ptr() as usize).checked_sub(body.as_ptr() as usize)?;
+    let end = start.checked_add(v.get().len())?;
+    (end <= body.len()).then_some(start..end)
+}
+
+/// From the first message through the first user message (all of them without one).
+fn chat_range(body: &[u8], messages: &[&RawValue]) -> Option<Range<usize>> {
+    let first = range(body, messages.first()?)?;
+    let is_user = |m: &&&RawValue| {
+        serde_json::from_str::<Role>(m.get()).is_ok_and(|r| r.role.as_deref() == Some("user"))
+    };
+    let last = messages.iter().find(is_user).or(messages.last())?;
+    Some(first.start..range(body, last)?.end)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slice<'a>(body: &'a str, r: &Option<Range<usize>>) -> &'a str {
+        &body[r.clone().unwrap()]
+    }
+
+    #[test]
+    fn a_chat_spans_its_messages_through_the_first_user_one() {
+        let body = r#"{"model":"m","messages":[{"role":"system","content":"s"},{"role":"user","content":"u1"},{"role":"assistant","content":"a"}],"stream":true}"#;
+        let g = parse(body.as_bytes()).unwrap();
+        assert_eq!(g.model.as_deref(), Some("m"));
+        assert_eq!(g.stream, Some(true));
+        assert_eq!(
+            slice(body, &g.span.chat),
+            r#"{"role":"system","content":"s"},{"role":"user","content":"u1"}"#
+        );
+        assert_eq!(g.span.prompt, None);
+    }
+
+    #[test]
+    fn prompts_of_each_dialect_are_found_and_ids_counted() {
+        let body = r#"{"input_ids":[1,2,3],"sampling_params":{}}"#;
+        let g = parse(body.as_bytes()).unwrap();
+        assert_eq!(slice(body, &g.span.prompt), "[1,2,3]");
+        assert_eq!(g.ids_len, Some(3));
+        for (body, want) in [
+            (r#"{"text":"hi there"}"#, r#""hi there""#),
+            (r#"{"inputs":"x","parameters":{}}"#, r#""x""#),
+            (
+                r#"{"prompt":["a","b"],"stream_options":{"include_usage":true}}"#,
+                r#"["a","b"]"#,
+            ),
+        ] {
+            let g = parse(body.as_bytes()).unwrap();
+            assert_eq!(slice(body, &g.span.prompt), want);
+        }
+        let body = r#"{"system":"be brief","prompt":"p"}"#;
+        let g = parse(body.as_bytes()).unwrap();
+        assert_eq!(slice(body, &g.span.system), r#""be brief""#);
+    }
+
+    #[test]
+    fn a_bad_field_is_named() {
+        let e = parse(br#"{"stream":"yes"}"#).unwrap_err();
+        assert!(e.to_string().contains("stream"), "{e}");
+    }
+}

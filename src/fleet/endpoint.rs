@@ -9,6 +9,7 @@ use super::load::{self, EngineLoad};
 use crate::config::EndpointConfig;
 use crate::config::HealthConfig;
 use crate::config::{Limits, Timeouts};
+use crate::metrics::relay::Hist;
 use crate::metrics::{EndpointSeries, Metrics, OnEnd, Outcome};
 use crate::upstream::{detect_kind, list_models, redact_url, Client, Kind, ModelCard};
 
@@ -85,6 +86,8 @@ pub struct Endpoint {
     series: Option<EndpointSeries>,
     /// Load polls that found nothing in a row, and when the next is due.
     load_poll: Mutex<(u32, Instant)>,
+    /// The engine's queue-time and prefill-time histograms, as last polled (vLLM).
+    hists: Mutex<[Option<Hist>; 2]>,
     metrics: Arc<Metrics>,
 }
 
@@ -138,6 +141,7 @@ impl Endpoint {
             engine: EngineLoad::new(s.load_stale_after),
             series,
             load_poll: Mutex::new((0, Instant::now())),
+            hists: Mutex::new([None, None]),
             metrics: s.metrics,
         }
     }
@@ -263,6 +267,11 @@ impl Endpoint {
         self.in_flight() + self.engine.waiting()
     }
 
+    /// The engine's relayed histograms, as last polled.
+    pub(super) fn engine_hists(&self) -> [Option<Hist>; 2] {
+        self.hists.lock().map(|h| h.clone()).unwrap_or_default()
+    }
+
     /// Whether the load poller should ask this endpoint now.
     pub(super) fn load_poll_due(&self) -> bool {
         self.load_poll
@@ -272,15 +281,19 @@ impl Endpoint {
 
     /// A poll's result: kept and exported, or (nothing exported) the next poll put off,
     /// doubling up to 30 s, so a server without load metrics costs almost nothing.
-    pub(super) fn note_load(&self, sample: Option<load::Sample>) {
+    pub(super) fn note_load(&self, reading: Option<load::Reading>) {
         let Ok(mut p) = self.load_poll.lock() else {
             return;
         };
-        match sample {
-            Some(s) => {
+        match reading {
+            Some(r) => {
                 *p = (0, Instant::now());
-                self.engine.set(s);
-                self.metrics.endpoint_engine(&self.pool, &self.label, &s);
+                self.engine.set(r.sample);
+                self.metrics
+                    .endpoint_engine(&self.pool, &self.label, &r.sample);
+                if let Ok(mut h) = self.hists.lock() {
+                    *h = r.hists;
+                }
             }
             None => {
                 p.0 = p.0.saturating_add(1);

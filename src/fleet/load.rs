@@ -13,6 +13,7 @@ use serde::Deserialize;
 
 use super::{Endpoint, Health, Pool};
 use crate::config::LoadConfig;
+use crate::metrics::relay::{parse_hist, Hist, ModelRelay, HISTOGRAMS};
 use crate::upstream::Kind;
 
 /// One reading of an engine's load; a figure its kind does not export is `None`.
@@ -190,15 +191,27 @@ pub fn parse_sglang_load(body: &[u8]) -> Option<Sample> {
     })
 }
 
+/// One poll's findings: the load, and (vLLM) the histograms relayed under vLLM's names.
+#[derive(Debug, Clone, Default)]
+pub struct Reading {
+    pub sample: Sample,
+    pub hists: [Option<Hist>; 2],
+}
+
 /// Read one endpoint's load now; `None` when it exports none (or did not answer).
-pub async fn read(ep: &Endpoint) -> Option<Sample> {
+pub async fn read(ep: &Endpoint) -> Option<Reading> {
     let kind = ep.kind_now()?;
     let path = source(kind)?;
     if let Ok(resp) = ep.client.get(path).await {
         if resp.status.is_success() {
             if let Ok(body) = resp.bytes().await {
-                if let Some(s) = parse_metrics(kind, &String::from_utf8_lossy(&body)) {
-                    return Some(s);
+                let text = String::from_utf8_lossy(&body);
+                if let Some(sample) = parse_metrics(kind, &text) {
+                    let hists = match kind {
+                        Kind::Vllm => HISTOGRAMS.map(|(name, _)| parse_hist(&text, name)),
+                        _ => [None, None],
+                    };
+                    return Some(Reading { sample, hists });
                 }
             }
         }
@@ -210,7 +223,47 @@ pub async fn read(ep: &Endpoint) -> Option<Sample> {
     if !resp.status.is_success() {
         return None;
     }
-    parse_sglang_load(&resp.bytes().await.ok()?)
+    let sample = parse_sglang_load(&resp.bytes().await.ok()?)?;
+    Some(Reading {
+        sample,
+        hists: [None, None],
+    })
+}
+
+/// After a round: what the pool's engines reported, per model, for vLLM's names. Queues,
+/// batches and histograms sum over endpoints; KV use averages; an endpoint that reports no
+/// running batch counts lingo's own requests on it.
+fn relay(p: &Pool) {
+    let metrics = p.metrics();
+    if !metrics.relays_vllm() {
+        return;
+    }
+    let models: Vec<String> = p.model_cards().into_iter().map(|c| c.id).collect();
+    let mut r = ModelRelay::default();
+    let (mut kv_sum, mut kv_n) = (0.0, 0u32);
+    for e in p.endpoints().iter() {
+        let Some((s, _)) = e.engine.fresh() else {
+            continue;
+        };
+        let add = |acc: &mut Option<u64>, v: Option<u32>| {
+            if let Some(v) = v {
+                *acc = Some(acc.unwrap_or(0) + u64::from(v));
+            }
+        };
+        add(&mut r.waiting, s.waiting);
+        add(&mut r.running, s.running.or(Some(e.in_flight() as u32)));
+        if let Some(k) = s.kv_usage {
+            kv_sum += k;
+            kv_n += 1;
+        }
+        for (i, h) in e.engine_hists().into_iter().enumerate() {
+            if let Some(h) = h {
+                r.hists[i].get_or_insert_with(Hist::default).add(&h);
+            }
+        }
+    }
+    r.kv_usage = (kv_n > 0).then(|| kv_sum / f64::from(kv_n));
+    metrics.vllm_relay(&models, &r);
 }
 
 /// Poll every endpoint of `pool` that takes requests, every `cfg.interval`, for as long as
@@ -240,6 +293,7 @@ pub fn spawn(pool: &Arc<Pool>, cfg: LoadConfig) {
                 e.note_load(got.ok().flatten());
             });
             futures_util::future::join_all(reads).await;
+            relay(&p);
         }
     });
 }

@@ -167,6 +167,10 @@ impl Pool {
         "other".into()
     }
 
+    pub fn metrics(&self) -> &Metrics {
+        &self.build.metrics
+    }
+
     /// Whether requests for `model` (already resolved from aliases) come here.
     pub fn serves(&self, model: &str) -> bool {
         if !self.models.is_empty() {

@@ -10,6 +10,7 @@ mod log;
 pub mod names;
 mod open;
 mod record;
+pub mod relay;
 mod vllm;
 
 pub use body::{Emit, MeteredBody, Summary};
@@ -208,6 +209,25 @@ impl Metrics {
         self
     }
 
+    /// Whether vLLM's names are exported (so the fleet relays what its engines report).
+    pub fn relays_vllm(&self) -> bool {
+        self.vllm.is_some()
+    }
+
+    /// The figures the endpoints serving `models` reported (see `relay`).
+    pub fn vllm_relay(&self, models: &[String], r: &relay::ModelRelay) {
+        if let Some(v) = &self.vllm {
+            v.relay(models, r);
+        }
+    }
+
+    /// The models served, known from the start (see `VllmCompat::models_known`).
+    pub fn vllm_models_known(&self, models: &[String]) {
+        if let Some(v) = &self.vllm {
+            v.models_known(models);
+        }
+    }
+
     /// Also export vLLM's metric names and buckets (`--metrics-compat vllm`).
     pub fn with_vllm_compat(mut self) -> Metrics {
         self.vllm = Some(vllm::VllmCompat::register(&self.registry));
@@ -222,6 +242,9 @@ impl Metrics {
 
     /// Prometheus text exposition of everything registered.
     pub fn render(&self) -> String {
+        if let Some(v) = &self.vllm {
+            v.refresh();
+        }
         let mut out = Vec::new();
         let families = self.registry.gather();
         if TextEncoder::new().encode(&families, &mut out).is_err() {

@@ -77,6 +77,8 @@ pub struct RequestRecord {
     pub itl: Option<prometheus::Histogram>,
     /// The client key's name and budget, when `[auth]` is on.
     pub key: Option<crate::auth::ClientKey>,
+    /// The output cap the client asked for (whatever its dialect calls it), if any.
+    pub max_tokens: Option<u64>,
 }
 
 impl RequestRecord {
@@ -108,6 +110,7 @@ impl RequestRecord {
             ended: None,
             itl: None,
             key: None,
+            max_tokens: None,
         }
     }
 

@@ -2,8 +2,14 @@
 //! vLLM's names, buckets and `model_name` label, so vLLM's own Grafana dashboards work
 //! against lingo unchanged.
 
-use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 
+use prometheus::{
+    GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry,
+};
+
+use super::relay::{ModelRelay, Relayed};
 use super::RequestRecord;
 
 const TTFT_BUCKETS: &[f64] = &[
@@ -33,7 +39,15 @@ pub struct VllmCompat {
     prompt_tokens: IntCounterVec,
     generation_tokens: IntCounterVec,
     success: IntCounterVec,
+    decode: HistogramVec,
+    max_generation: HistogramVec,
+    /// Exported: the engines' running batch where they report it, else lingo's own count.
     running: IntGaugeVec,
+    waiting: IntGaugeVec,
+    kv_usage: GaugeVec,
+    /// lingo's own requests in flight per model.
+    own_running: Mutex<BTreeMap<String, i64>>,
+    relayed: Arc<Relayed>,
 }
 
 fn hist(r: &Registry, name: &str, help: &str, buckets: &[f64]) -> HistogramVec {
@@ -49,19 +63,54 @@ fn counter(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterV
     c
 }
 
+fn int_gauge(r: &Registry, name: &str, help: &str) -> IntGaugeVec {
+    let g = IntGaugeVec::new(Opts::new(name, help), &["model_name"]).expect("valid metric");
+    r.register(Box::new(g.clone())).expect("unique metric");
+    g
+}
+
 impl VllmCompat {
     pub fn register(r: &Registry) -> VllmCompat {
-        let running = IntGaugeVec::new(
+        let running = int_gauge(
+            r,
+            "vllm:num_requests_running",
+            "Requests in the engines' running batches (relayed), or in flight through lingo where no engine reports it.",
+        );
+        let waiting = int_gauge(
+            r,
+            "vllm:num_requests_waiting",
+            "Requests waiting in the engines' queues, summed over the model's endpoints (relayed).",
+        );
+        let kv_usage = GaugeVec::new(
             Opts::new(
-                "vllm:num_requests_running",
-                "Requests in flight through lingo.",
+                "vllm:kv_cache_usage_perc",
+                "KV-cache use of the model's engines, 0 to 1, averaged over its endpoints (relayed).",
             ),
             &["model_name"],
         )
         .expect("valid metric");
-        r.register(Box::new(running.clone()))
+        r.register(Box::new(kv_usage.clone()))
+            .expect("unique metric");
+        let relayed = Arc::new(Relayed::new());
+        r.register(Box::new(RelayedHandle(relayed.clone())))
             .expect("unique metric");
         VllmCompat {
+            decode: hist(
+                r,
+                "vllm:request_decode_time_seconds",
+                "Time from a request's first token to its last (measured by lingo).",
+                E2E_BUCKETS,
+            ),
+            max_generation: hist(
+                r,
+                "vllm:request_max_num_generation_tokens",
+                "The output cap each request asked for (its generated tokens when it set none; measured by lingo).",
+                TOKEN_BUCKETS,
+            ),
+            waiting,
+            kv_usage,
+            own_running: Mutex::new(BTreeMap::new()),
+            relayed,
             ttft: hist(
                 r,
                 "vllm:time_to_first_token_seconds",
@@ -120,20 +169,81 @@ impl VllmCompat {
         }
     }
 
+    fn own(&self, model: &str, by: i64) {
+        let mut own = self.own_running.lock().unwrap_or_else(|e| e.into_inner());
+        *own.entry(model.to_string()).or_default() += by;
+    }
+
     pub fn started(&self, model: &str) {
-        self.running.with_label_values(&[model]).inc();
+        self.own(model, 1);
     }
 
     pub fn relabelled(&self, old: &str, new: &str) {
         if old != new {
-            self.running.with_label_values(&[old]).dec();
-            self.running.with_label_values(&[new]).inc();
+            self.own(old, -1);
+            self.own(new, 1);
+        }
+    }
+
+    /// The served models, so each has its `model_name` series from the start (vLLM's
+    /// dashboard picks its model from those label values).
+    pub fn models_known(&self, models: &[String]) {
+        for m in models {
+            self.own(m, 0);
+        }
+    }
+
+    /// The figures the endpoints serving `models` reported (`fleet::load`).
+    pub fn relay(&self, models: &[String], r: &ModelRelay) {
+        let mut map = self
+            .relayed
+            .models
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        for m in models {
+            map.insert(m.clone(), r.clone());
+        }
+    }
+
+    /// Bring the exported gauges up to date (before each exposition).
+    pub fn refresh(&self) {
+        let own = self
+            .own_running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let relayed = self
+            .relayed
+            .models
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        for (m, n) in &own {
+            let r = relayed.get(m);
+            let running = r.and_then(|r| r.running).map_or(*n, |v| v as i64);
+            self.running.with_label_values(&[m]).set(running);
+            let waiting = r.and_then(|r| r.waiting).unwrap_or(0);
+            self.waiting.with_label_values(&[m]).set(waiting as i64);
+            if let Some(k) = r.and_then(|r| r.kv_usage) {
+                self.kv_usage.with_label_values(&[m]).set(k);
+            }
+        }
+        for (m, r) in relayed.iter().filter(|(m, _)| !own.contains_key(*m)) {
+            self.running
+                .with_label_values(&[m])
+                .set(r.running.unwrap_or(0) as i64);
+            self.waiting
+                .with_label_values(&[m])
+                .set(r.waiting.unwrap_or(0) as i64);
+            if let Some(k) = r.kv_usage {
+                self.kv_usage.with_label_values(&[m]).set(k);
+            }
         }
     }
 
     pub fn finished(&self, r: &RequestRecord) {
         let m = r.labels.model.as_str();
-        self.running.with_label_values(&[m]).dec();
+        self.own(m, -1);
         self.prompt_tokens
             .with_label_values(&[m])
             .inc_by(r.prompt_tokens.unwrap_or(0));
@@ -157,6 +267,14 @@ impl VllmCompat {
         self.tpot
             .with_label_values(&[m])
             .observe(r.tpot().unwrap_or(0.0));
+        if let (Some(first), Some(last)) = (r.first_token, r.last_token) {
+            let decode = last.saturating_duration_since(first).as_secs_f64();
+            self.decode.with_label_values(&[m]).observe(decode);
+        }
+        let cap = r.max_tokens.unwrap_or(r.tokens);
+        self.max_generation
+            .with_label_values(&[m])
+            .observe(cap as f64);
     }
 
     pub fn ttft(&self, model: &str, seconds: f64) {
@@ -168,5 +286,18 @@ impl VllmCompat {
         for _ in 0..tokens {
             h.observe(each);
         }
+    }
+}
+
+/// The registry owns its collectors; this shares the relayed histograms with `VllmCompat`.
+struct RelayedHandle(Arc<Relayed>);
+
+impl prometheus::core::Collector for RelayedHandle {
+    fn desc(&self) -> Vec<&prometheus::core::Desc> {
+        self.0.desc()
+    }
+
+    fn collect(&self) -> Vec<prometheus::proto::MetricFamily> {
+        self.0.collect()
     }
 }

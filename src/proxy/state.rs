@@ -56,8 +56,9 @@ impl AppState {
     /// make the merged list the label set; returns the names.
     pub async fn refresh_models(&self, force: bool) -> Vec<String> {
         let cards = self.fleet.refresh_models(force).await;
-        let names = cards.iter().map(|c| c.id.clone()).collect();
+        let names: Vec<String> = cards.iter().map(|c| c.id.clone()).collect();
         self.models.set_cards(cards);
+        self.metrics.vllm_models_known(&names);
         names
     }
 

@@ -25,6 +25,8 @@ pub struct Glance {
     pub stream_options: Option<Option<bool>>,
     /// A token-id prompt's length, known before the upstream says (SGLang, OpenAI).
     pub ids_len: Option<u64>,
+    /// The output cap, by whichever name the dialect gives it.
+    pub max_tokens: Option<u64>,
     pub span: PromptSpan,
 }
 
@@ -66,12 +68,15 @@ impl<'a> Lazy<'a> {
     }
 }
 
+/// Only `model`, `stream` and `stream_options` are read strictly (passthrough always has);
+/// the fields read for routing and metrics never turn a request the upstream would take
+/// into a 400, so they are `Lenient`.
 #[derive(Deserialize)]
 struct Raw<'a> {
     #[serde(borrow)]
     model: Option<Cow<'a, str>>,
-    #[serde(borrow)]
-    user: Option<Cow<'a, str>>,
+    #[serde(default)]
+    user: Lenient<String>,
     stream: Option<bool>,
     stream_options: Option<StreamOptions>,
     #[serde(borrow)]
@@ -84,8 +89,102 @@ struct Raw<'a> {
     inputs: Option<&'a RawValue>,
     #[serde(borrow)]
     system: Option<&'a RawValue>,
-    #[serde(borrow)]
-    messages: Option<Vec<&'a RawValue>>,
+    #[serde(borrow, default)]
+    messages: Messages<'a>,
+    // The output cap: OpenAI, Anthropic, vLLM; llama.cpp; SGLang, TGI and Ollama nest theirs.
+    #[serde(default)]
+    max_tokens: Lenient<u64>,
+    #[serde(default)]
+    max_completion_tokens: Lenient<u64>,
+    #[serde(default)]
+    n_predict: Lenient<u64>,
+    #[serde(default)]
+    sampling_params: Lenient<Nested>,
+    #[serde(default)]
+    parameters: Lenient<Nested>,
+    #[serde(default)]
+    options: Lenient<Nested>,
+}
+
+/// A field read if it has the expected shape, else ignored: its own bytes (usually a few)
+/// are parsed a second time, never the body.
+struct Lenient<T>(Option<T>);
+
+impl<T> Default for Lenient<T> {
+    fn default() -> Self {
+        Lenient(None)
+    }
+}
+
+impl<'de, T: serde::de::DeserializeOwned> Deserialize<'de> for Lenient<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = <&RawValue>::deserialize(d)?;
+        Ok(Lenient(serde_json::from_str(raw.get()).ok()))
+    }
+}
+
+/// A chat's messages, each kept as its raw bytes; anything but an array is no messages.
+#[derive(Default)]
+struct Messages<'a>(Option<Vec<&'a RawValue>>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Messages<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Visit<'a> {
+            type Value = Messages<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a list of messages")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Messages<'a>, A::Error> {
+                let mut out = Vec::new();
+                while let Some(m) = seq.next_element::<&'de RawValue>()? {
+                    out.push(m);
+                }
+                Ok(Messages(Some(out)))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Messages<'a>, A::Error> {
+                while map
+                    .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
+                    .is_some()
+                {}
+                Ok(Messages(None))
+            }
+            fn visit_str<E>(self, _: &str) -> Result<Messages<'a>, E> {
+                Ok(Messages(None))
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Messages<'a>, E> {
+                Ok(Messages(None))
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Messages<'a>, E> {
+                Ok(Messages(None))
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Messages<'a>, E> {
+                Ok(Messages(None))
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Messages<'a>, E> {
+                Ok(Messages(None))
+            }
+            fn visit_unit<E>(self) -> Result<Messages<'a>, E> {
+                Ok(Messages(None))
+            }
+        }
+        d.deserialize_any(Visit(std::marker::PhantomData))
+    }
+}
+
+/// `sampling_params` (SGLang), `parameters` (TGI), `options` (Ollama): only the cap is read.
+#[derive(Deserialize)]
+struct Nested {
+    #[serde(default)]
+    max_new_tokens: Lenient<u64>,
+    #[serde(default)]
+    num_predict: Lenient<u64>,
 }
 
 #[derive(Deserialize)]
@@ -108,11 +207,23 @@ fn parse(body: &[u8]) -> Result<Glance, ProxyError> {
     let span = PromptSpan {
         system: raw.system.and_then(|v| range(body, v)),
         prompt: prompt.and_then(|v| range(body, v)),
-        chat: raw.messages.as_deref().and_then(|m| chat_range(body, m)),
+        chat: raw.messages.0.as_deref().and_then(|m| chat_range(body, m)),
     };
+    let nested = [&raw.sampling_params, &raw.parameters, &raw.options];
+    let nested_cap = nested
+        .iter()
+        .filter_map(|n| n.0.as_ref())
+        .find_map(|n| n.max_new_tokens.0.or(n.num_predict.0));
+    let max_tokens = raw
+        .max_tokens
+        .0
+        .or(raw.max_completion_tokens.0)
+        .or(raw.n_predict.0)
+        .or(nested_cap);
     Ok(Glance {
+        max_tokens,
         model: raw.model.map(Cow::into_owned),
-        user: raw.user.map(Cow::into_owned),
+        user: raw.user.0,
         stream: raw.stream,
         stream_options: raw.stream_options.map(|o| o.include_usage),
         ids_len,
@@ -178,6 +289,17 @@ mod tests {
         let body = r#"{"system":"be brief","prompt":"p"}"#;
         let g = parse(body.as_bytes()).unwrap();
         assert_eq!(slice(body, &g.span.system), r#""be brief""#);
+    }
+
+    #[test]
+    fn fields_read_for_routing_never_refuse_a_request() {
+        let body = br#"{"user":{"id":1},"messages":"hi","max_tokens":-1,"sampling_params":7,"n_predict":-1}"#;
+        let g = parse(body).unwrap();
+        assert_eq!((g.user, g.max_tokens, g.span.chat), (None, None, None));
+        let g = parse(br#"{"sampling_params":{"max_new_tokens":12,"temperature":0.5}}"#).unwrap();
+        assert_eq!(g.max_tokens, Some(12));
+        let g = parse(br#"{"options":{"num_predict":7},"max_completion_tokens":9}"#).unwrap();
+        assert_eq!(g.max_tokens, Some(9));
     }
 
     #[test]

@@ -69,6 +69,7 @@ pub async fn handle(
     let mut rec = respond::record(st, dialect, label_model.as_deref(), at);
     rec.stream = stream;
     rec.prompt_tokens = peek.ids_len;
+    rec.max_tokens = peek.max_tokens;
     let strip_usage = peek.needs_usage(dialect);
     let send_model = upstream_model(st, kind, dialect, peek.model.as_deref()).await;
     let body = match (&send_model, strip_usage) {

@@ -23,6 +23,8 @@ pub struct Target {
     /// The requested output length: sizes the per-request ITL buffer once.
     pub output_len: u32,
     pub timeout: Duration,
+    /// Keep each answer's text in its result (a multi-turn run's histories need it).
+    pub keep_answers: bool,
 }
 
 impl Target {
@@ -80,6 +82,9 @@ impl Target {
     /// arrival time: the bytes could not have been seen earlier.
     async fn read_stream(&self, resp: UpstreamResponse, t0: Instant) -> RequestResult {
         let mut meter = Meter::new(t0, self.output_len);
+        if self.keep_answers {
+            meter = meter.keep_answer();
+        }
         let mut parser = FrameParser::new(self.dialect.framing());
         let mut decoder = self.dialect.stream_decoder();
         let mut frames = Vec::new();
@@ -149,6 +154,7 @@ impl Target {
                 e2e,
             );
         }
+        let answer = self.keep_answers.then(|| first.text.clone());
         if r.usage.is_none() {
             r.usage = header_usage;
         }
@@ -171,6 +177,7 @@ impl Target {
             output_tokens,
             prompt_tokens: usage.prompt_tokens,
             estimated: !reported,
+            answer,
             ..RequestResult::default()
         }
     }

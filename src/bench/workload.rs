@@ -77,7 +77,7 @@ impl Span {
         (lo, hi.max(lo))
     }
 
-    fn draw(self, rng: &mut Rng) -> u32 {
+    pub fn draw(self, rng: &mut Rng) -> u32 {
         let (lo, hi) = self.bounds();
         rng.between(lo, hi)
     }
@@ -92,6 +92,9 @@ pub enum Items {
     Replay(Vec<Logged>),
     /// Dataset prompts, in the (seeded) order given, with their output lengths.
     Dataset(Vec<(Sample, u32)>),
+    /// Multi-turn conversations (`item` gives single random prompts of the user-message
+    /// lengths, for the warmup).
+    Multiturn(super::conversation::Dialogues),
 }
 
 /// One prepared request.
@@ -123,6 +126,8 @@ impl Workload {
     pub fn input_lengths(&self) -> InputLengths {
         match &*self.items {
             Items::Dataset(_) => InputLengths::Dataset,
+            // Histories are text, whatever the dialect takes.
+            Items::Multiturn(_) => self.calibration.lengths,
             _ if self.shapes.token_ids => InputLengths::TokenIds,
             _ => self.calibration.lengths,
         }
@@ -133,7 +138,8 @@ impl Workload {
     pub fn item(&self, index: u64, seq: u64) -> anyhow::Result<Item> {
         let mut rng = Rng::new(self.seed, seq);
         let (prompt, input_len, output_len) = match &*self.items {
-            Items::Random { input, output } => {
+            Items::Random { input, output }
+            | Items::Multiturn(super::conversation::Dialogues { input, output, .. }) => {
                 let (i, o) = (input.draw(&mut rng), output.draw(&mut rng));
                 (self.synthetic(i, &mut rng), i, o)
             }
@@ -148,6 +154,15 @@ impl Workload {
                 (self.text(s.prompt.clone()), 0, *o)
             }
         };
+        Ok(Item {
+            body: self.encode(prompt, output_len)?,
+            input_len,
+            output_len,
+        })
+    }
+
+    /// The body of one request for `prompt`, asking for `output_len` tokens.
+    pub fn encode(&self, prompt: Prompt, output_len: u32) -> anyhow::Result<Bytes> {
         let mut req = Request::new(prompt);
         req.model = self.model.clone();
         req.stream = self.stream;
@@ -160,11 +175,7 @@ impl Workload {
             .dialect
             .encode_request_as(&req, self.flavor)
             .map_err(|e| anyhow::anyhow!("encoding a {} request: {e}", self.dialect.label()))?;
-        Ok(Item {
-            body: Bytes::from(body),
-            input_len,
-            output_len,
-        })
+        Ok(Bytes::from(body))
     }
 
     fn synthetic(&self, tokens: u32, rng: &mut Rng) -> Prompt {

@@ -1,0 +1,348 @@
+//! `lingo bench --workload multiturn` against lingo's mock, through a small capture server in
+//! front of each mock that records every request body and the answer the mock gave, so the
+//! tests check what arrived, in which order, at which server.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::response::Response;
+use axum::Router;
+use lingo::bench::{run, BenchConfig, LevelReport, Split, Summary, WorkloadKind};
+use lingo::dialect::Dialect;
+use lingo::mock::{MockConfig, MockState};
+use serde_json::Value;
+
+/// One generation request as the capture server saw it.
+#[derive(Debug, Clone)]
+struct Seen {
+    body: Value,
+    /// The answer's text, from the mock's stream.
+    answer: String,
+}
+
+struct Capture {
+    upstream: String,
+    client: reqwest::Client,
+    seen: Mutex<Vec<Seen>>,
+}
+
+async fn serve(app: Router) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind 127.0.0.1:0");
+    let addr = listener.local_addr().expect("local address");
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    addr
+}
+
+/// A mock, and a capture server in front of it; returns the capture's URL.
+async fn captured(config: MockConfig) -> (String, Arc<Capture>) {
+    let state = MockState::new(config);
+    let mock = serve(lingo::mock::router(state)).await;
+    let capture = Arc::new(Capture {
+        upstream: format!("http://{mock}"),
+        client: reqwest::Client::new(),
+        seen: Mutex::new(Vec::new()),
+    });
+    let app = Router::new().fallback(forward).with_state(capture.clone());
+    (format!("http://{}", serve(app).await), capture)
+}
+
+/// Forward to the mock; record generation requests (POSTs other than /tokenize) with the
+/// answer text read from the stream.
+async fn forward(State(c): State<Arc<Capture>>, req: axum::extract::Request) -> Response {
+    let (parts, body) = req.into_parts();
+    let body = axum::body::to_bytes(body, 1 << 26).await.expect("a body");
+    let url = format!("{}{}", c.upstream, parts.uri);
+    let resp = c
+        .client
+        .request(parts.method.clone(), url)
+        .header("content-type", "application/json")
+        .body(body.clone())
+        .send()
+        .await
+        .expect("the mock answers");
+    let status = resp.status();
+    let content_type = resp.headers().get("content-type").cloned();
+    let bytes = resp.bytes().await.expect("the mock's body");
+    let generation = parts.method == http::Method::POST && !parts.uri.path().contains("tokenize");
+    if generation {
+        let seen = Seen {
+            body: serde_json::from_slice(&body).expect("JSON request"),
+            answer: answer_of(&bytes),
+        };
+        c.seen.lock().expect("not poisoned").push(seen);
+    }
+    let mut out = Response::builder().status(status.as_u16());
+    if let Some(ct) = content_type {
+        out = out.header("content-type", ct.as_bytes());
+    }
+    out.body(Body::from(bytes)).expect("a response")
+}
+
+/// The text of an OpenAI-style SSE stream (completions `text` or chat `delta.content`).
+fn answer_of(bytes: &Bytes) -> String {
+    let text = String::from_utf8_lossy(bytes);
+    let mut out = String::new();
+    for line in text.lines() {
+        let Some(data) = line.strip_prefix("data: ") else {
+            continue;
+        };
+        let Ok(v) = serde_json::from_str::<Value>(data) else {
+            continue;
+        };
+        let choice = &v["choices"][0];
+        let piece = choice["text"]
+            .as_str()
+            .or_else(|| choice["delta"]["content"].as_str());
+        out.push_str(piece.unwrap_or(""));
+    }
+    out
+}
+
+fn config(url: &str, dialect: Dialect) -> BenchConfig {
+    BenchConfig {
+        url: url.to_string(),
+        dialect,
+        workload: WorkloadKind::Multiturn,
+        conversations: 3,
+        turns: 4,
+        concurrency: vec![2],
+        input_len: 6,
+        output_len: 5,
+        warmup: 0,
+        seed: 11,
+        timeout: Duration::from_secs(30),
+        ..BenchConfig::default()
+    }
+}
+
+fn seen(c: &Capture) -> Vec<Seen> {
+    c.seen.lock().expect("not poisoned").clone()
+}
+
+fn summary(level: &LevelReport) -> Summary {
+    Summary::of(level, &[50.0, 99.0], &lingo::bench::Slo::default())
+}
+
+/// The text prompt of a completions body.
+fn prompt(s: &Seen) -> String {
+    s.body["prompt"]
+        .as_str()
+        .expect("a text prompt")
+        .to_string()
+}
+
+/// Chat bodies grouped by conversation (its first user message), in arrival order.
+fn chat_conversations(all: &[Seen]) -> BTreeMap<String, Vec<Seen>> {
+    let mut by: BTreeMap<String, Vec<Seen>> = BTreeMap::new();
+    for s in all {
+        let first_user = s.body["messages"]
+            .as_array()
+            .and_then(|m| m.iter().find(|m| m["role"] == "user"))
+            .map(|m| m["content"].to_string())
+            .expect("a user message");
+        by.entry(first_user).or_default().push(s.clone());
+    }
+    by
+}
+
+#[tokio::test]
+async fn chat_turns_arrive_in_order_each_extending_the_last_with_the_answer() {
+    let (url, capture) = captured(MockConfig::default()).await;
+    let mut cfg = config(&url, Dialect::OpenaiChat);
+    cfg.system_prompt_len = 8;
+    let levels = run(&cfg).await.expect("the run");
+
+    let all = seen(&capture);
+    assert_eq!(all.len(), 12);
+    let convs = chat_conversations(&all);
+    assert_eq!(convs.len(), 3);
+    let mut systems = std::collections::HashSet::new();
+    for turns in convs.values() {
+        assert_eq!(turns.len(), 4);
+        for (t, pair) in turns.windows(2).enumerate() {
+            let (prev, next) = (&pair[0], &pair[1]);
+            let pm = prev.body["messages"].as_array().expect("messages");
+            let nm = next.body["messages"].as_array().expect("messages");
+            // System, then user/assistant pairs: 2 + 2t messages at turn t.
+            assert_eq!(pm.len(), 2 + 2 * t);
+            assert_eq!(nm.len(), pm.len() + 2);
+            assert_eq!(
+                &nm[..pm.len()],
+                &pm[..],
+                "turn {t} does not extend turn {}",
+                t - 1
+            );
+            assert_eq!(nm[pm.len()]["role"], "assistant");
+            assert_eq!(nm[pm.len()]["content"], prev.answer.trim());
+            assert!(!prev.answer.trim().is_empty());
+            assert_eq!(nm[pm.len() + 1]["role"], "user");
+        }
+        let first = &turns[0].body["messages"][0];
+        assert_eq!(first["role"], "system");
+        assert_eq!(
+            first["content"].as_str().map(|s| s.split(' ').count()),
+            Some(8)
+        );
+        systems.insert(first["content"].to_string());
+    }
+    assert_eq!(systems.len(), 1, "one system prompt shared by all");
+
+    // The report: per turn, exact counts, and prompts that grow with the history.
+    let s = summary(&levels[0]);
+    let d = s.multiturn.expect("per-turn figures");
+    assert_eq!((d.conversations, d.turns_per_conversation), (3, 4));
+    let counts: Vec<(usize, usize, usize)> = d
+        .turns
+        .iter()
+        .map(|t| (t.requests, t.ok, t.not_sent))
+        .collect();
+    assert_eq!(counts, [(3, 3, 0); 4]);
+    let means: Vec<f64> = d
+        .turns
+        .iter()
+        .filter_map(|t| t.prompt_tokens_mean)
+        .collect();
+    assert_eq!(means.len(), 4);
+    assert!(means.windows(2).all(|w| w[1] > w[0]), "{means:?}");
+    let table = lingo::bench::render(&[summary(&levels[0])], true);
+    assert!(table.contains("3 conversations x 4 turns"), "{table}");
+}
+
+#[tokio::test]
+async fn text_dialects_get_the_flattened_history_extending_each_turn() {
+    let (url, capture) = captured(MockConfig::default()).await;
+    let mut cfg = config(&url, Dialect::OpenaiCompletions);
+    cfg.system_prompt_len = 5;
+    cfg.conversations = 2;
+    cfg.concurrency = vec![1];
+    run(&cfg).await.expect("the run");
+
+    // One conversation at a time: arrivals are conversation 0's turns, then 1's.
+    let all = seen(&capture);
+    assert_eq!(all.len(), 8);
+    for conv in all.chunks(4) {
+        assert!(prompt(&conv[0]).starts_with("System: "));
+        assert!(prompt(&conv[0]).ends_with("\n\nAssistant:"));
+        for pair in conv.windows(2) {
+            let (prev, next) = (prompt(&pair[0]), prompt(&pair[1]));
+            let expected = format!("{prev} {}\n\nUser: ", pair[0].answer.trim());
+            assert!(next.starts_with(&expected), "{next:?} from {expected:?}");
+            assert!(next.ends_with("\n\nAssistant:"));
+        }
+    }
+    let system = |s: &Seen| prompt(s).split("\n\n").next().map(str::to_string);
+    assert_eq!(system(&all[0]), system(&all[4]));
+}
+
+#[tokio::test]
+async fn the_same_seed_sends_the_same_bodies() {
+    let mut bodies = Vec::new();
+    for _ in 0..2 {
+        let (url, capture) = captured(MockConfig::default()).await;
+        let mut cfg = config(&url, Dialect::OpenaiChat);
+        cfg.system_prompt_len = 4;
+        run(&cfg).await.expect("the run");
+        let mut b: Vec<String> = seen(&capture).iter().map(|s| s.body.to_string()).collect();
+        // Conversations interleave differently from run to run; the set is what must match.
+        b.sort();
+        bodies.push(b);
+    }
+    assert_eq!(bodies[0].len(), 12);
+    assert_eq!(bodies[0], bodies[1]);
+    let (url, capture) = captured(MockConfig::default()).await;
+    let mut cfg = config(&url, Dialect::OpenaiChat);
+    cfg.system_prompt_len = 4;
+    cfg.seed = 12;
+    run(&cfg).await.expect("the run");
+    let mut other: Vec<String> = seen(&capture).iter().map(|s| s.body.to_string()).collect();
+    other.sort();
+    assert_ne!(other, bodies[0]);
+}
+
+#[tokio::test]
+async fn a_failed_turn_ends_its_conversation_and_is_reported() {
+    // Every 5th request fails: one at a time, that is conversation 1's first turn.
+    let (url, capture) = captured(MockConfig {
+        fail_every: Some(5),
+        ..MockConfig::default()
+    })
+    .await;
+    let mut cfg = config(&url, Dialect::OpenaiCompletions);
+    cfg.concurrency = vec![1];
+    let levels = run(&cfg).await.expect("the run");
+    assert_eq!(seen(&capture).len(), 9, "4 + 1 failed + 4");
+    let l = &levels[0];
+    assert_eq!((l.results.len(), l.ok(), l.fail()), (9, 8, 1));
+    let d = summary(l).multiturn.expect("per-turn figures");
+    let counts: Vec<(usize, usize, usize)> = d
+        .turns
+        .iter()
+        .map(|t| (t.requests, t.ok, t.not_sent))
+        .collect();
+    assert_eq!(counts, [(3, 2, 0), (2, 2, 1), (2, 2, 1), (2, 2, 1)]);
+    assert_eq!((d.ended_early, d.not_sent), (1, 3));
+    let table = lingo::bench::render(&[summary(l)], false);
+    assert!(
+        table.contains(
+            "1 conversation(s) ended at a failed turn; their 3 later turn(s) were not sent"
+        ),
+        "{table}"
+    );
+    let csv = lingo::bench::csv::render(&[summary(l)], &[50.0]);
+    let header: Vec<&str> = csv.lines().next().unwrap_or("").split(',').collect();
+    let row: Vec<&str> = csv.lines().nth(1).unwrap_or("").split(',').collect();
+    assert_eq!(header.len(), row.len());
+    let at = |name: &str| header.iter().position(|h| *h == name).map(|i| row[i]);
+    assert_eq!(at("turn2_not_sent"), Some("1"));
+    assert_eq!(at("turn1_ok"), Some("2"));
+}
+
+#[tokio::test]
+async fn split_conversations_sends_each_conversation_to_one_server() {
+    let (a, ca) = captured(MockConfig::default()).await;
+    let (b, cb) = captured(MockConfig::default()).await;
+    let mut cfg = config(&a, Dialect::OpenaiChat);
+    cfg.more_urls = vec![b.clone()];
+    cfg.conversations = 4;
+    cfg.turns = 3;
+    let levels = run(&cfg).await.expect("the run");
+    assert_eq!(levels.len(), 1);
+    assert_eq!(levels[0].url, format!("{a},{b}"));
+    let (sa, sb) = (seen(&ca), seen(&cb));
+    assert_eq!((sa.len(), sb.len()), (6, 6));
+    let (ka, kb) = (chat_conversations(&sa), chat_conversations(&sb));
+    assert_eq!((ka.len(), kb.len()), (2, 2));
+    assert!(
+        ka.keys().all(|k| !kb.contains_key(k)),
+        "a conversation at both"
+    );
+    assert!(ka.values().chain(kb.values()).all(|t| t.len() == 3));
+
+    // Per request: the turns of one conversation alternate between the two.
+    let (a, ca) = captured(MockConfig::default()).await;
+    let (b, cb) = captured(MockConfig::default()).await;
+    cfg.url = a;
+    cfg.more_urls = vec![b];
+    cfg.split = Split::Requests;
+    cfg.concurrency = vec![1];
+    run(&cfg).await.expect("the run");
+    let (sa, sb) = (seen(&ca), seen(&cb));
+    assert_eq!((sa.len(), sb.len()), (6, 6));
+    let ka = chat_conversations(&sa);
+    assert_eq!(ka.len(), 4, "every conversation reached both servers");
+}
+
+#[tokio::test]
+async fn vs_url_with_a_repeated_url_is_refused() {
+    let mut cfg = config("http://127.0.0.1:9", Dialect::OpenaiChat);
+    cfg.more_urls = vec!["http://127.0.0.1:10".into()];
+    cfg.vs_url = Some("http://127.0.0.1:11".into());
+    let e = run(&cfg).await.expect_err("refused");
+    assert!(e.to_string().contains("vs_url"), "{e}");
+}

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -22,12 +23,19 @@ struct Seen {
     body: Value,
     /// The answer's text, from the mock's stream.
     answer: String,
+    /// Ticks of the capture's clock at the request's arrival and at its answer's end.
+    arrived: u64,
+    ended: u64,
+    /// Its `x-session-id` header.
+    session: Option<String>,
 }
 
 struct Capture {
     upstream: String,
     client: reqwest::Client,
     seen: Mutex<Vec<Seen>>,
+    /// Counts arrivals and ends, to order them.
+    clock: AtomicU64,
 }
 
 async fn serve(app: Router) -> SocketAddr {
@@ -47,6 +55,7 @@ async fn captured(config: MockConfig) -> (String, Arc<Capture>) {
         upstream: format!("http://{mock}"),
         client: reqwest::Client::new(),
         seen: Mutex::new(Vec::new()),
+        clock: AtomicU64::new(0),
     });
     let app = Router::new().fallback(forward).with_state(capture.clone());
     (format!("http://{}", serve(app).await), capture)
@@ -55,6 +64,7 @@ async fn captured(config: MockConfig) -> (String, Arc<Capture>) {
 /// Forward to the mock; record generation requests (POSTs other than /tokenize) with the
 /// answer text read from the stream.
 async fn forward(State(c): State<Arc<Capture>>, req: axum::extract::Request) -> Response {
+    let arrived = c.clock.fetch_add(1, Ordering::SeqCst);
     let (parts, body) = req.into_parts();
     let body = axum::body::to_bytes(body, 1 << 26).await.expect("a body");
     let url = format!("{}{}", c.upstream, parts.uri);
@@ -69,11 +79,19 @@ async fn forward(State(c): State<Arc<Capture>>, req: axum::extract::Request) -> 
     let status = resp.status();
     let content_type = resp.headers().get("content-type").cloned();
     let bytes = resp.bytes().await.expect("the mock's body");
+    let ended = c.clock.fetch_add(1, Ordering::SeqCst);
     let generation = parts.method == http::Method::POST && !parts.uri.path().contains("tokenize");
     if generation {
         let seen = Seen {
             body: serde_json::from_slice(&body).expect("JSON request"),
             answer: answer_of(&bytes),
+            arrived,
+            ended,
+            session: parts
+                .headers
+                .get("x-session-id")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string),
         };
         c.seen.lock().expect("not poisoned").push(seen);
     }
@@ -345,4 +363,96 @@ async fn vs_url_with_a_repeated_url_is_refused() {
     cfg.vs_url = Some("http://127.0.0.1:11".into());
     let e = run(&cfg).await.expect_err("refused");
     assert!(e.to_string().contains("vs_url"), "{e}");
+}
+
+/// A temporary file of this test's own.
+fn temp_file(name: &str, text: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("lingo-multiturn-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temp dir");
+    let p = dir.join(name);
+    std::fs::write(&p, text).expect("written");
+    p
+}
+
+#[tokio::test]
+async fn replay_sends_each_session_in_order_with_extending_prompts() {
+    // Everything arrives at t = 0: only the sessions hold their later lines back. The mock
+    // takes 100 ms to its first token, so an unordered replay would overlap them.
+    let (url, capture) = captured(MockConfig {
+        ttft: Duration::from_millis(100),
+        ..MockConfig::default()
+    })
+    .await;
+    let line = |t: f64, p: u32, s: Option<&str>| {
+        let mut v = serde_json::json!({"time": t, "prompt_tokens": p, "completion_tokens": 3});
+        if let Some(s) = s {
+            v["session"] = s.into();
+        }
+        v.to_string()
+    };
+    let log = [
+        line(0.0, 10, Some("a")),
+        line(0.0, 15, Some("b")),
+        line(0.0, 12, None),
+        line(0.0, 20, Some("a")),
+        line(0.0, 25, Some("b")),
+        line(0.0, 30, Some("a")),
+    ]
+    .join("\n");
+    let cfg = BenchConfig {
+        url,
+        dialect: Dialect::OpenaiCompletions,
+        source: lingo::bench::Source::Replay(temp_file("sessions.jsonl", &log)),
+        requests_per_level: u32::MAX,
+        warmup: 0,
+        seed: 3,
+        timeout: Duration::from_secs(30),
+        ..BenchConfig::default()
+    };
+    let levels = run(&cfg).await.expect("the run");
+    assert_eq!((levels[0].results.len(), levels[0].ok()), (6, 6));
+    let all = seen(&capture);
+    let ids = |s: &Seen| -> Vec<u64> {
+        s.body["prompt"]
+            .as_array()
+            .expect("token ids")
+            .iter()
+            .filter_map(Value::as_u64)
+            .collect()
+    };
+    let by_len = |n: usize| all.iter().find(|s| ids(s).len() == n).expect("a request");
+    for session in [&[10, 20, 30][..], &[15, 25]] {
+        for pair in session.windows(2) {
+            let (prev, next) = (by_len(pair[0]), by_len(pair[1]));
+            assert!(next.arrived > prev.ended, "{pair:?} overlapped");
+            assert!(
+                ids(next).starts_with(&ids(prev)),
+                "{pair:?} share no prefix"
+            );
+        }
+    }
+    // Different sessions, and the line without one, start apart.
+    assert_ne!(ids(by_len(10))[..5], ids(by_len(15))[..5]);
+    assert_ne!(ids(by_len(10))[..5], ids(by_len(12))[..5]);
+    // The unordered line and the first of each session left together.
+    let first_end = [10, 15, 12].map(|n| by_len(n).ended).into_iter().min();
+    assert!([10, 15, 12]
+        .iter()
+        .all(|n| Some(by_len(*n).arrived) < first_end));
+}
+
+#[tokio::test]
+async fn multiturn_names_its_conversations_for_a_request_log() {
+    let (url, capture) = captured(MockConfig::default()).await;
+    let mut cfg = config(&url, Dialect::OpenaiChat);
+    cfg.turns = 2;
+    run(&cfg).await.expect("the run");
+    let by = chat_conversations(&seen(&capture));
+    let mut sessions = std::collections::HashSet::new();
+    for turns in by.values() {
+        let s: Vec<&Option<String>> = turns.iter().map(|t| &t.session).collect();
+        assert!(s[0].is_some() && s.iter().all(|x| *x == s[0]), "{s:?}");
+        sessions.insert(s[0].clone());
+    }
+    assert_eq!(sessions.len(), 3);
 }

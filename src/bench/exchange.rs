@@ -4,6 +4,7 @@
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use http::{HeaderName, HeaderValue};
 use http_body_util::BodyExt;
 
 use super::measure::{failed, Meter};
@@ -31,8 +32,13 @@ impl Target {
     /// Send `body` now and measure the answer, with latencies from `t0` (the request's
     /// scheduled time, which may be earlier than now); the timeout runs from now. Never
     /// panics: every failure is a failed result.
-    pub async fn send(&self, body: Bytes, t0: Instant) -> RequestResult {
-        match tokio::time::timeout(self.timeout, self.exchange(body, t0)).await {
+    pub async fn send(&self, body: Bytes, session: Option<&str>, t0: Instant) -> RequestResult {
+        let headers: Vec<(HeaderName, HeaderValue)> = session
+            .and_then(|s| HeaderValue::from_str(s).ok())
+            .map(|v| (HeaderName::from_static("x-session-id"), v))
+            .into_iter()
+            .collect();
+        match tokio::time::timeout(self.timeout, self.exchange(body, &headers, t0)).await {
             Ok(result) => result,
             Err(_) => failed(
                 ErrorKind::Timeout,
@@ -45,9 +51,14 @@ impl Target {
         }
     }
 
-    async fn exchange(&self, body: Bytes, t0: Instant) -> RequestResult {
+    async fn exchange(
+        &self,
+        body: Bytes,
+        headers: &[(HeaderName, HeaderValue)],
+        t0: Instant,
+    ) -> RequestResult {
         let path = self.dialect.request_path(self.stream);
-        let resp = match self.client.post_json(path, body, &[]).await {
+        let resp = match self.client.post_json(path, body, headers).await {
             Ok(resp) => resp,
             Err(e) => {
                 let kind = match e {

@@ -12,6 +12,7 @@ use super::observe::Observer;
 use super::report::{ErrorKind, LevelReport, RequestResult};
 use super::schedule::{replayed, Arrivals};
 use super::selfcheck::process_cpu;
+use super::sessions::Order;
 use super::workload::{Item, Items, Workload};
 use super::{closed, multiturn, open, scrape};
 
@@ -22,6 +23,8 @@ pub struct Level {
     pub split: Split,
     /// The next target of `Split::Requests`.
     next_target: AtomicUsize,
+    /// A replay's sessions, kept in order.
+    order: Option<Order>,
     pub workload: Arc<Workload>,
     pub observer: Arc<dyn Observer>,
     pub start: Instant,
@@ -52,8 +55,20 @@ impl Level {
     /// Prepare and send request `index`, due at `due` (open loop; `None`: now) and free to go
     /// since `free`.
     pub async fn request(&self, index: u64, due: Option<Instant>, free: Instant) -> RequestResult {
+        let Some(order) = &self.order else {
+            let item = self.workload.item(index, self.seq_base + index);
+            return self.send(item, index, due, free).await;
+        };
+        // A session's line is due when its time came and the line before it ended.
+        let at = usize::try_from(index).unwrap_or(usize::MAX);
+        order.wait(at).await;
+        let now = Instant::now();
         let item = self.workload.item(index, self.seq_base + index);
-        self.send(item, index, due, free).await
+        let r = self
+            .send(item, index, due.map(|d| d.max(now)), free.max(now))
+            .await;
+        order.ended(at);
+        r
     }
 
     /// Send a prepared request of conversation `key` (see `target`), then stamp its result.
@@ -68,7 +83,8 @@ impl Level {
         let t0 = due.unwrap_or(sent);
         let mut r = match item {
             Ok(item) => {
-                let mut r = self.target(key).send(item.body, t0).await;
+                let session = item.session.as_deref();
+                let mut r = self.target(key).send(item.body, session, t0).await;
                 r.input_len = item.input_len;
                 r.output_len = item.output_len;
                 // A whole answer without counts or token ids (vLLM's legacy server): with
@@ -100,9 +116,9 @@ pub async fn run(
     observer: &Arc<dyn Observer>,
     seq_base: u64,
 ) -> anyhow::Result<LevelReport> {
-    let replay = match &*workload.items {
-        Items::Replay(log) => Some(log),
-        _ => None,
+    let (replay, links) = match &*workload.items {
+        Items::Replay(log, links) => (Some(log), links.as_ref()),
+        _ => (None, None),
     };
     let dialogues = match &*workload.items {
         Items::Multiturn(d) => Some(d),
@@ -131,6 +147,7 @@ pub async fn run(
         targets: targets.to_vec(),
         split: config.split,
         next_target: AtomicUsize::new(0),
+        order: links.map(Order::new),
         workload: workload.clone(),
         observer: observer.clone(),
         start: Instant::now(),

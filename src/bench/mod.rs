@@ -31,6 +31,7 @@ mod rng;
 pub mod schedule;
 mod scrape;
 mod selfcheck;
+mod sessions;
 mod stats;
 mod summary;
 mod table;
@@ -206,7 +207,11 @@ async fn prepare(
         _ => Calibration::approximate(),
     };
     let items = match (&config.source, sharegpt) {
-        (Source::Replay(path), _) => Items::Replay(dataset::load_log(path)?),
+        (Source::Replay(path), _) => {
+            let log = dataset::load_log(path)?;
+            let links = sessions::Links::of(&log);
+            Items::Replay(log, links)
+        }
         (Source::Dataset(_), Some(samples)) => {
             Items::Dataset(dataset_items(config, samples, counter.as_ref()).await?)
         }
@@ -291,7 +296,12 @@ async fn dataset_items(
 async fn warmup(target: &Target, workload: &Workload, count: u32, seq: u64) -> anyhow::Result<()> {
     let sends = (0..u64::from(count)).map(|i| async move {
         let body = workload.item(i, seq + i)?.body;
-        Ok::<_, anyhow::Error>(target.send(body, std::time::Instant::now()).await.error)
+        Ok::<_, anyhow::Error>(
+            target
+                .send(body, None, std::time::Instant::now())
+                .await
+                .error,
+        )
     });
     let errors = futures_util::future::join_all(sends).await;
     let mut last_error = None;

@@ -63,6 +63,7 @@ async fn conversation(level: &Level, d: &Dialogues, c: u32) -> Vec<RequestResult
                 body,
                 input_len,
                 output_len,
+                session: Some(format!("bench-{}-{global}", w.seed)),
             });
         let mut r = level.send(item, u64::from(c), None, free).await;
         free = Instant::now();

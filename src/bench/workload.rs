@@ -18,6 +18,9 @@ use crate::model::{Message, Prompt, Request, Role};
 /// bottom of common vocabularies and inside every vocabulary of 30k or more.
 const ID_LOW: u32 = 1000;
 const ID_HIGH: u32 = 30000;
+/// Keys of replayed sessions' prompt generators: `SESSION_KEY + first line` (apart from
+/// every request's own key, a sequence number).
+const SESSION_KEY: u64 = 0x5E55_0000_0000_0000;
 
 /// How text reaches the dialect: a raw prompt, or one user message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,8 +91,9 @@ impl Span {
 pub enum Items {
     /// Random prompts.
     Random { input: Span, output: Span },
-    /// Lengths replayed from a request log, in order (the arrival times are the schedule's).
-    Replay(Vec<Logged>),
+    /// Lengths replayed from a request log, in order (the arrival times are the schedule's),
+    /// with the links between the lines of one session, when any line names one.
+    Replay(Vec<Logged>, Option<super::sessions::Links>),
     /// Dataset prompts, in the (seeded) order given, with their output lengths.
     Dataset(Vec<(Sample, u32)>),
     /// Multi-turn conversations (`item` gives single random prompts of the user-message
@@ -104,6 +108,9 @@ pub struct Item {
     /// Asked-for input tokens (0 for dataset prompts, whose length the server reports).
     pub input_len: u32,
     pub output_len: u32,
+    /// Sent as `x-session-id` (multi-turn: the conversation), so a lingo request log keeps
+    /// the conversations for a replay.
+    pub session: Option<String>,
 }
 
 /// The request-independent part of every request of a run.
@@ -143,10 +150,19 @@ impl Workload {
                 let (i, o) = (input.draw(&mut rng), output.draw(&mut rng));
                 (self.synthetic(i, &mut rng), i, o)
             }
-            Items::Replay(log) => {
-                let l = &log[(index % log.len() as u64) as usize];
+            Items::Replay(log, links) => {
+                let at = (index % log.len() as u64) as usize;
+                let l = &log[at];
                 let i = clamp_u32(l.prompt_tokens.max(1));
                 let o = clamp_u32(l.completion_tokens.max(1));
+                // A session's prompts come from one generator, started at its first line,
+                // so each is a prefix or an extension of the one before.
+                let root = links
+                    .as_ref()
+                    .and_then(|k| k.root.get(at).copied().flatten());
+                if let Some(root) = root {
+                    rng = Rng::new(self.seed, SESSION_KEY.wrapping_add(root as u64));
+                }
                 (self.synthetic(i, &mut rng), i, o)
             }
             Items::Dataset(samples) => {
@@ -158,6 +174,7 @@ impl Workload {
             body: self.encode(prompt, output_len)?,
             input_len,
             output_len,
+            session: None,
         })
     }
 
@@ -302,14 +319,16 @@ mod tests {
                 time: 1.0,
                 prompt_tokens: 12,
                 completion_tokens: 3,
+                session: None,
             },
             Logged {
                 time: 2.0,
                 prompt_tokens: 40,
                 completion_tokens: 0,
+                session: None,
             },
         ];
-        let w = workload(Dialect::OpenaiCompletions, Items::Replay(log));
+        let w = workload(Dialect::OpenaiCompletions, Items::Replay(log, None));
         let (a, b) = (w.item(0, 9).unwrap(), w.item(1, 10).unwrap());
         assert_eq!((a.input_len, a.output_len), (12, 3));
         assert_eq!((b.input_len, b.output_len), (40, 1));

@@ -69,6 +69,22 @@ pub struct RequestRecord {
     pub itl: Option<prometheus::Histogram>,
     /// The client key's name and budget, when `[auth]` is on.
     pub key: Option<crate::auth::ClientKey>,
+    /// The conversation the client said this request belongs to (`x-session-id`, else the
+    /// OpenAI `user` field), at most `MAX_SESSION` bytes; for replaying sessions in order.
+    pub session: Option<String>,
+}
+
+/// Longest session key logged, in bytes (a longer one is cut at a character boundary).
+pub const MAX_SESSION: usize = 128;
+
+/// A client-supplied session key as logged: trimmed, bounded, `None` when empty.
+pub fn session_key(s: &str) -> Option<String> {
+    let s = s.trim();
+    let mut end = s.len().min(MAX_SESSION);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    (end > 0).then(|| s[..end].to_string())
 }
 
 impl RequestRecord {
@@ -100,6 +116,14 @@ impl RequestRecord {
             ended: None,
             itl: None,
             key: None,
+            session: None,
+        }
+    }
+
+    /// Take the OpenAI `user` field as the session, unless a header already gave one.
+    pub fn session_from_user(&mut self, user: Option<&str>) {
+        if self.session.is_none() {
+            self.session = user.and_then(session_key);
         }
     }
 

@@ -30,6 +30,10 @@ struct Peek {
     input_ids: IdsLen,
     #[serde(default)]
     prompt: IdsLen,
+    /// OpenAI's `user`: the request log's session when no `x-session-id` came (any JSON
+    /// type is accepted; only a string is used).
+    #[serde(default)]
+    user: Option<serde_json::Value>,
 }
 
 #[derive(Deserialize)]
@@ -102,6 +106,7 @@ pub async fn handle(
     let mut rec = respond::record(st, dialect, label_model.as_deref(), at);
     rec.stream = stream;
     rec.prompt_tokens = peek.input_ids.0.or(peek.prompt.0);
+    rec.session_from_user(peek.user.as_ref().and_then(|u| u.as_str()));
     let strip_usage = peek.needs_usage(dialect);
     let send_model = upstream_model(st, kind, dialect, peek.model.as_deref()).await;
     let body = match (&send_model, strip_usage) {

@@ -56,6 +56,7 @@ pub async fn handle(
     req.model = Some(resolved);
     let ctx = Ctx::new(&req, response_id(client, &req), shown);
     rec.prompt_tokens = ctx.prompt_tokens();
+    rec.session_from_user(req.extra.get("user").and_then(|u| u.as_str()));
     let fwd = forward_headers(headers);
     let sent = Instant::now();
     let mut timers = Timers::start(&st.config.timeouts, at.started, &st.drain, req.stream);

@@ -8,10 +8,12 @@
 //! codecs (`encode_request`, `stream_decoder`, `decode_response`) and `model::Tally`, so wire
 //! formats have one source of truth. It writes no wire JSON of its own.
 //!
-//! Module map: `config` (what to run) -> `workload` (+ `tokens`, `dataset`, `rng`) builds the
-//! bodies -> `level` runs one level through `closed` or `open` (+ `schedule`), each request
-//! through `exchange` and `measure` -> `report` (raw results) -> `summary` (every figure,
-//! with `selfcheck` and `scrape`) -> `table`, `csv`, `json`, `compare` render it.
+//! Module map: `config` (what to run) -> `workload` (+ `tokens`, `dataset`, `rng`,
+//! `conversation` for multi-turn histories) builds the bodies -> `level` runs one level through
+//! `closed`, `multiturn` or `open` (+ `schedule`, `sessions` for a replay's conversations),
+//! each request through `exchange` and `measure` to one of the level's urls -> `report` (raw
+//! results) -> `summary` (every figure, with `selfcheck`, `scrape` and `turns`) -> `table`,
+//! `csv`, `json`, `compare` render it.
 
 mod closed;
 pub mod compare;

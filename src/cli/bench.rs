@@ -129,7 +129,8 @@ pub struct RunArgs {
     #[arg(long, env = "LINGO_BENCH_MODEL")]
     pub model: Option<String>,
     /// Closed-loop concurrency levels, comma-separated: each level keeps this many requests
-    /// in flight. Default 1,2,4,8,16,32 when no --request-rate is given.
+    /// (multi-turn: conversations) in flight. Default 1,2,4,8,16,32 when no --request-rate
+    /// is given.
     #[arg(long, env = "LINGO_BENCH_CONCURRENCY", value_delimiter = ',')]
     pub concurrency: Option<Vec<u32>>,
     /// Open-loop request rates in requests/s, comma-separated, `inf` for all at once: arrivals
@@ -189,8 +190,9 @@ pub struct RunArgs {
     /// JSONL of {"prompt": ..., "output_len"?: ...}.
     #[arg(long, env = "LINGO_BENCH_DATASET", conflicts_with = "replay")]
     pub dataset: Option<PathBuf>,
-    /// Replay a lingo request log (JSONL with time, prompt_tokens, completion_tokens): its
-    /// relative arrival times and lengths, as one open-loop level.
+    /// Replay a lingo request log (JSONL with time, prompt_tokens, completion_tokens, and an
+    /// optional session): its relative arrival times and lengths, as one open-loop level; a
+    /// session's lines go in order, each after the previous ended, sharing a prompt prefix.
     #[arg(long, env = "LINGO_BENCH_REPLAY", conflicts_with_all = ["concurrency", "request_rate"])]
     pub replay: Option<PathBuf>,
     /// A Hugging Face tokenizer.json to size text prompts when the server has no /tokenize.

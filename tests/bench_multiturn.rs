@@ -456,3 +456,86 @@ async fn multiturn_names_its_conversations_for_a_request_log() {
     }
     assert_eq!(sessions.len(), 3);
 }
+
+/// Every dialect holds a conversation: through lingo in front of a vLLM mock (translated or
+/// passed through; lingo's request log then names each conversation as its session), and
+/// the native dialects straight at their own server's mock.
+#[tokio::test]
+async fn every_dialect_holds_a_conversation_and_lingo_logs_its_sessions() {
+    let upstream = lingo::mock::router(MockState::new(MockConfig::default()));
+    let upstream = format!("http://{}", serve(upstream).await);
+    let log = temp_file("requests.jsonl", "");
+    let mut proxy = lingo::config::Config::default();
+    proxy.upstream.url = upstream;
+    proxy.upstream.kind = lingo::upstream::KindSetting::Vllm;
+    proxy.metrics.request_log = Some(log.display().to_string());
+    let via_lingo = format!("http://{}", serve(lingo::proxy::app(proxy)).await);
+    let mut targets: Vec<(Dialect, String)> = Dialect::ALL
+        .into_iter()
+        .map(|d| (d, via_lingo.clone()))
+        .collect();
+    for (dialect, kind) in [
+        (Dialect::Tgi, lingo::mock::MockKind::Tgi),
+        (Dialect::Llamacpp, lingo::mock::MockKind::Llamacpp),
+        (Dialect::OllamaGenerate, lingo::mock::MockKind::Ollama),
+        (Dialect::OllamaChat, lingo::mock::MockKind::Ollama),
+    ] {
+        let state = MockState::new(MockConfig {
+            kind,
+            ..MockConfig::default()
+        });
+        let url = format!("http://{}", serve(lingo::mock::router(state)).await);
+        targets.push((dialect, url));
+    }
+    let mut through_lingo = 0;
+    for (dialect, url) in targets {
+        let mut cfg = config(&url, dialect);
+        cfg.conversations = 2;
+        cfg.turns = 3;
+        cfg.system_prompt_len = 4;
+        // One warmup first: lingo discovers its upstream's model at the first request, and
+        // two first requests at once can find it not yet known (a 502 for one of them).
+        cfg.warmup = 1;
+        let levels = run(&cfg).await.expect("the run");
+        let what = format!("{} at {url}", dialect.label());
+        assert_eq!(levels[0].ok(), 6, "{what}: {:?}", levels[0].errors());
+        let d = summary(&levels[0]).multiturn.expect("per-turn figures");
+        assert!(d.turns.iter().all(|t| t.ok == 2), "{what}: {d:?}");
+        let means: Vec<f64> = d
+            .turns
+            .iter()
+            .filter_map(|t| t.prompt_tokens_mean)
+            .collect();
+        assert!(
+            means.iter().all(|m| *m == 0.0) || means.windows(2).all(|w| w[1] > w[0]),
+            "{what}: prompts grow with the history: {means:?}"
+        );
+        through_lingo += usize::from(url == via_lingo);
+    }
+    // The log is written off the request path: wait (bounded) for every line.
+    let wanted = through_lingo * 6;
+    let mut lines: Vec<Value> = Vec::new();
+    for _ in 0..500 {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        lines = text
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
+        if lines.len() >= wanted + through_lingo {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // One warmup per run (no session), then the conversations' turns.
+    let mut per_session: BTreeMap<String, usize> = BTreeMap::new();
+    for l in &lines {
+        if let Some(s) = l["session"].as_str() {
+            *per_session.entry(s.to_string()).or_default() += 1;
+        }
+    }
+    assert_eq!(lines.len(), wanted + through_lingo, "{lines:?}");
+    // Every run numbers its conversations alike (same seed): each session is one
+    // conversation per dialect run, three turns each.
+    assert_eq!(per_session.len(), 2, "{per_session:?}");
+    assert!(per_session.values().all(|n| *n == 3 * through_lingo));
+}

@@ -159,6 +159,49 @@ pub enum Source {
     Replay(PathBuf),
 }
 
+/// What each request of a level is: independent prompts, or turns of conversations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WorkloadKind {
+    /// Every request its own prompt (random, dataset or replayed).
+    #[default]
+    Random,
+    /// `conversations` conversations of `turns` turns: each turn's prompt is the whole history
+    /// so far (the server's own answers included) plus a new user message.
+    Multiturn,
+}
+
+impl WorkloadKind {
+    pub fn parse(s: &str) -> Result<WorkloadKind, String> {
+        match s.trim() {
+            "random" => Ok(WorkloadKind::Random),
+            "multiturn" | "multi-turn" => Ok(WorkloadKind::Multiturn),
+            other => Err(format!("workload `{other}`: one of random, multiturn")),
+        }
+    }
+}
+
+/// How requests spread over several `--url` targets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Split {
+    /// Conversation i (request i, outside multi-turn runs) goes to url i mod n.
+    #[default]
+    Conversations,
+    /// Each request goes to the next url in turn.
+    Requests,
+}
+
+impl Split {
+    pub fn parse(s: &str) -> Result<Split, String> {
+        match s.trim() {
+            "conversations" => Ok(Split::Conversations),
+            "requests" => Ok(Split::Requests),
+            other => Err(format!("split `{other}`: one of conversations, requests")),
+        }
+    }
+}
+
 /// What to run. `Default` gives the documented default of every field.
 #[derive(Debug, Clone)]
 pub struct BenchConfig {
@@ -166,6 +209,20 @@ pub struct BenchConfig {
     pub url: String,
     /// A second server: levels alternate between `url` (A) and this one (B). Default none.
     pub vs_url: Option<String>,
+    /// Further servers sharing the load with `url` (a repeated `--url`), spread by `split`.
+    /// Default none.
+    pub more_urls: Vec<String>,
+    /// How requests spread over `url` and `more_urls`. Default by conversation.
+    pub split: Split,
+    /// Independent prompts or multi-turn conversations. Default random.
+    pub workload: WorkloadKind,
+    /// Multi-turn: conversations per level. Default 16.
+    pub conversations: u32,
+    /// Multi-turn: turns per conversation. Default 4.
+    pub turns: u32,
+    /// Multi-turn: tokens of a system prompt shared by every conversation; 0 for none.
+    /// Default 0.
+    pub system_prompt_len: u32,
     /// The dialect to speak; decides the endpoint. Default `sglang`.
     pub dialect: Dialect,
     /// Model name. `None`: the first id of `GET {url}/v1/models`, or no model when the
@@ -228,6 +285,12 @@ impl Default for BenchConfig {
         BenchConfig {
             url: "http://127.0.0.1:30000".into(),
             vs_url: None,
+            more_urls: Vec::new(),
+            split: Split::Conversations,
+            workload: WorkloadKind::Random,
+            conversations: 16,
+            turns: 4,
+            system_prompt_len: 0,
             dialect: Dialect::Sglang,
             model: None,
             concurrency: vec![1, 4, 16],
@@ -283,9 +346,55 @@ impl BenchConfig {
         closed.chain(open).collect()
     }
 
+    /// Every url requests go to, `url` first (not `vs_url`, which runs levels of its own).
+    pub fn urls(&self) -> Vec<String> {
+        std::iter::once(&self.url)
+            .chain(&self.more_urls)
+            .cloned()
+            .collect()
+    }
+
+    pub fn is_multiturn(&self) -> bool {
+        self.workload == WorkloadKind::Multiturn
+    }
+
     /// Check the settings; errors name the offending field.
     pub fn validate(&self) -> anyhow::Result<()> {
-        for url in std::iter::once(&self.url).chain(&self.vs_url) {
+        self.validate_targets()?;
+        self.validate_multiturn()?;
+        self.validate_levels()
+    }
+
+    fn validate_targets(&self) -> anyhow::Result<()> {
+        if self.vs_url.is_some() && !self.more_urls.is_empty() {
+            bail!(
+                "vs_url: cannot be combined with a repeated url (--vs-url compares two \
+                 servers level by level; several --url share one level's load)"
+            );
+        }
+        Ok(())
+    }
+
+    fn validate_multiturn(&self) -> anyhow::Result<()> {
+        if !self.is_multiturn() {
+            return Ok(());
+        }
+        if self.conversations == 0 || self.turns == 0 {
+            bail!("conversations, turns: must be at least 1");
+        }
+        if !self.request_rate.is_empty() || self.duration.is_some() {
+            bail!(
+                "workload multiturn: runs closed-loop levels only (no request_rate, no duration)"
+            );
+        }
+        if !matches!(self.source, Source::Random) {
+            bail!("workload multiturn: generates its prompts (no dataset, no replay)");
+        }
+        Ok(())
+    }
+
+    fn validate_levels(&self) -> anyhow::Result<()> {
+        for url in self.urls().iter().chain(&self.vs_url) {
             if !url.starts_with("http://") {
                 bail!("url: `{url}` must start with http:// (the bench speaks plain HTTP)");
             }

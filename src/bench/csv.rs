@@ -40,6 +40,13 @@ pub fn render(summaries: &[Summary], percentiles: &[f64]) -> String {
         ]
         .map(String::from),
     );
+    // Multi-turn runs add per-turn columns after the others (none for other workloads).
+    let turns = summaries
+        .iter()
+        .filter_map(|s| s.multiturn.as_ref().map(|d| d.turns_per_conversation))
+        .max()
+        .unwrap_or(0);
+    header.extend(super::turns::csv_header(turns));
     let mut out = header.join(",");
     out.push('\n');
     let num = |v: Option<f64>| v.map_or_else(String::new, |v| v.to_string());
@@ -74,6 +81,7 @@ pub fn render(summaries: &[Summary], percentiles: &[f64]) -> String {
             num(s.server.as_ref().and_then(|v| v.ttft_mean)),
             num(s.server.as_ref().map(|v| v.generation_tokens)),
         ]);
+        row.extend(super::turns::csv_row(s.multiturn.as_ref(), turns));
         let _ = writeln!(out, "{}", row.join(","));
     }
     out

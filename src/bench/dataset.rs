@@ -17,7 +17,7 @@ pub struct Sample {
 }
 
 /// One line of a request log: when it arrived (Unix seconds) and its lengths.
-#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct Logged {
     pub time: f64,
     /// `null` in the log when unknown (an abandoned request): replayed as 0 (the shortest).
@@ -25,6 +25,9 @@ pub struct Logged {
     pub prompt_tokens: u64,
     #[serde(deserialize_with = "null_as_zero")]
     pub completion_tokens: u64,
+    /// The client's session: its lines replay in order, with prompts sharing a prefix.
+    #[serde(default)]
+    pub session: Option<String>,
 }
 
 fn null_as_zero<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u64, D::Error> {

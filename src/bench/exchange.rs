@@ -4,6 +4,7 @@
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use http::{HeaderName, HeaderValue};
 use http_body_util::BodyExt;
 
 use super::measure::{failed, Meter};
@@ -23,14 +24,21 @@ pub struct Target {
     /// The requested output length: sizes the per-request ITL buffer once.
     pub output_len: u32,
     pub timeout: Duration,
+    /// Keep each answer's text in its result (a multi-turn run's histories need it).
+    pub keep_answers: bool,
 }
 
 impl Target {
     /// Send `body` now and measure the answer, with latencies from `t0` (the request's
     /// scheduled time, which may be earlier than now); the timeout runs from now. Never
     /// panics: every failure is a failed result.
-    pub async fn send(&self, body: Bytes, t0: Instant) -> RequestResult {
-        match tokio::time::timeout(self.timeout, self.exchange(body, t0)).await {
+    pub async fn send(&self, body: Bytes, session: Option<&str>, t0: Instant) -> RequestResult {
+        let headers: Vec<(HeaderName, HeaderValue)> = session
+            .and_then(|s| HeaderValue::from_str(s).ok())
+            .map(|v| (HeaderName::from_static("x-session-id"), v))
+            .into_iter()
+            .collect();
+        match tokio::time::timeout(self.timeout, self.exchange(body, &headers, t0)).await {
             Ok(result) => result,
             Err(_) => failed(
                 ErrorKind::Timeout,
@@ -43,9 +51,14 @@ impl Target {
         }
     }
 
-    async fn exchange(&self, body: Bytes, t0: Instant) -> RequestResult {
+    async fn exchange(
+        &self,
+        body: Bytes,
+        headers: &[(HeaderName, HeaderValue)],
+        t0: Instant,
+    ) -> RequestResult {
         let path = self.dialect.request_path(self.stream);
-        let resp = match self.client.post_json(path, body, &[]).await {
+        let resp = match self.client.post_json(path, body, headers).await {
             Ok(resp) => resp,
             Err(e) => {
                 let kind = match e {
@@ -80,6 +93,9 @@ impl Target {
     /// arrival time: the bytes could not have been seen earlier.
     async fn read_stream(&self, resp: UpstreamResponse, t0: Instant) -> RequestResult {
         let mut meter = Meter::new(t0, self.output_len);
+        if self.keep_answers {
+            meter = meter.keep_answer();
+        }
         let mut parser = FrameParser::new(self.dialect.framing());
         let mut decoder = self.dialect.stream_decoder();
         let mut frames = Vec::new();
@@ -149,6 +165,7 @@ impl Target {
                 e2e,
             );
         }
+        let answer = self.keep_answers.then(|| first.text.clone());
         if r.usage.is_none() {
             r.usage = header_usage;
         }
@@ -171,6 +188,7 @@ impl Target {
             output_tokens,
             prompt_tokens: usage.prompt_tokens,
             estimated: !reported,
+            answer,
             ..RequestResult::default()
         }
     }

@@ -7,7 +7,7 @@ use std::path::Path;
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
-use super::config::{BenchConfig, Rate, Slo, Source};
+use super::config::{BenchConfig, Rate, Slo, Source, Split};
 use super::report::{LevelReport, RequestResult};
 use super::stats::{mean_opt, quantile_sorted};
 use super::summary::Summary;
@@ -51,6 +51,23 @@ pub struct ConfigDoc {
     pub tokenizer: Option<String>,
     pub percentiles: Vec<f64>,
     pub slo: Slo,
+    /// Further urls sharing each level with `url` (a repeated `--url`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub more_urls: Vec<String>,
+    /// How requests spread over `url` and `more_urls` (with `more_urls` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub split: Option<Split>,
+    /// A multi-turn run's shape (multi-turn runs only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub multiturn: Option<MultiturnDoc>,
+}
+
+/// `--workload multiturn`'s settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MultiturnDoc {
+    pub conversations: u32,
+    pub turns: u32,
+    pub system_prompt_len: u32,
 }
 
 impl ConfigDoc {
@@ -86,6 +103,13 @@ impl ConfigDoc {
             tokenizer: c.tokenizer.as_deref().map(path),
             percentiles: c.percentiles.clone(),
             slo: c.slo,
+            more_urls: c.more_urls.clone(),
+            split: (!c.more_urls.is_empty()).then_some(c.split),
+            multiturn: c.is_multiturn().then_some(MultiturnDoc {
+                conversations: c.conversations,
+                turns: c.turns,
+                system_prompt_len: c.system_prompt_len,
+            }),
         }
     }
 }
@@ -118,6 +142,11 @@ pub struct RequestDoc {
     pub output_len: u32,
     pub output_tokens: u64,
     pub estimated: bool,
+    /// Multi-turn: the conversation (within the level) and turn (from 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conversation: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn: Option<u32>,
 }
 
 /// A request's token-weighted inter-token gaps, in seconds.
@@ -157,6 +186,8 @@ impl RequestDoc {
             output_len: r.output_len,
             output_tokens: r.output_tokens,
             estimated: r.estimated,
+            conversation: r.conversation,
+            turn: r.turn,
         }
     }
 }

@@ -1,22 +1,30 @@
 //! One level of a run: what its requests share, how each is prepared, sent and stamped, and
 //! the measurements around the whole level (driver CPU, the server's `/metrics`).
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::config::{BenchConfig, Load};
+use super::config::{BenchConfig, Load, Split};
 use super::exchange::Target;
 use super::measure::failed;
 use super::observe::Observer;
 use super::report::{ErrorKind, LevelReport, RequestResult};
 use super::schedule::{replayed, Arrivals};
 use super::selfcheck::process_cpu;
-use super::workload::{Items, Workload};
-use super::{closed, open, scrape};
+use super::sessions::Order;
+use super::workload::{Item, Items, Workload};
+use super::{closed, multiturn, open, scrape};
 
 /// What every request of one level shares.
 pub struct Level {
-    pub target: Arc<Target>,
+    /// Where requests go: one url, or several sharing the load by `split`.
+    pub targets: Vec<Arc<Target>>,
+    pub split: Split,
+    /// The next target of `Split::Requests`.
+    next_target: AtomicUsize,
+    /// A replay's sessions, kept in order.
+    order: Option<Order>,
     pub workload: Arc<Workload>,
     pub observer: Arc<dyn Observer>,
     pub start: Instant,
@@ -33,15 +41,50 @@ impl Level {
         self.duration.is_some_and(|d| t >= self.start + d)
     }
 
+    /// The target of a request of conversation `key` (the request's own index outside
+    /// multi-turn runs): url `key mod n`, or with `Split::Requests` the next url in turn.
+    fn target(&self, key: u64) -> &Target {
+        let n = self.targets.len().max(1);
+        let i = match self.split {
+            Split::Conversations => (key % n as u64) as usize,
+            Split::Requests => self.next_target.fetch_add(1, Ordering::Relaxed) % n,
+        };
+        &self.targets[i]
+    }
+
     /// Prepare and send request `index`, due at `due` (open loop; `None`: now) and free to go
     /// since `free`.
     pub async fn request(&self, index: u64, due: Option<Instant>, free: Instant) -> RequestResult {
+        let Some(order) = &self.order else {
+            let item = self.workload.item(index, self.seq_base + index);
+            return self.send(item, index, due, free).await;
+        };
+        // A session's line is due when its time came and the line before it ended.
+        let at = usize::try_from(index).unwrap_or(usize::MAX);
+        order.wait(at).await;
+        let now = Instant::now();
         let item = self.workload.item(index, self.seq_base + index);
+        let r = self
+            .send(item, index, due.map(|d| d.max(now)), free.max(now))
+            .await;
+        order.ended(at);
+        r
+    }
+
+    /// Send a prepared request of conversation `key` (see `target`), then stamp its result.
+    pub async fn send(
+        &self,
+        item: anyhow::Result<Item>,
+        key: u64,
+        due: Option<Instant>,
+        free: Instant,
+    ) -> RequestResult {
         let sent = Instant::now();
         let t0 = due.unwrap_or(sent);
         let mut r = match item {
             Ok(item) => {
-                let mut r = self.target.send(item.body, t0).await;
+                let session = item.session.as_deref();
+                let mut r = self.target(key).send(item.body, session, t0).await;
                 r.input_len = item.input_len;
                 r.output_len = item.output_len;
                 // A whole answer without counts or token ids (vLLM's legacy server): with
@@ -63,34 +106,48 @@ impl Level {
     }
 }
 
-/// Run one level of `load` against `target`, with requests numbered from `seq_base`.
+/// Run one level of `load` against `targets` (one url, or several sharing the load), with
+/// requests numbered from `seq_base`.
 pub async fn run(
     config: &BenchConfig,
     load: Load,
-    target: &Arc<Target>,
+    targets: &[Arc<Target>],
     workload: &Arc<Workload>,
     observer: &Arc<dyn Observer>,
     seq_base: u64,
 ) -> anyhow::Result<LevelReport> {
-    let replay = match &*workload.items {
-        Items::Replay(log) => Some(log),
+    let (replay, links) = match &*workload.items {
+        Items::Replay(log, links) => (Some(log), links.as_ref()),
+        _ => (None, None),
+    };
+    let dialogues = match &*workload.items {
+        Items::Multiturn(d) => Some(d),
         _ => None,
     };
-    let count = match replay {
-        Some(log) => config
+    let count = match (replay, dialogues) {
+        (Some(log), _) => config
             .requests_per_level
             .min(u32::try_from(log.len()).unwrap_or(u32::MAX)),
-        None => config.requests_per_level,
+        (_, Some(d)) => d.conversations.saturating_mul(d.turns),
+        _ => config.requests_per_level,
+    };
+    // The server's own view is read only where one server took the whole level.
+    let scraped = match targets {
+        [one] if config.scrape_metrics => Some(&one.client),
+        _ => None,
     };
     let bounded = (config.duration.is_none()).then_some(u64::from(count));
     observer.level_started(&load.label(), bounded);
-    let before = match config.scrape_metrics {
-        true => scrape::read(&target.client).await,
-        false => None,
+    let before = match scraped {
+        Some(client) => scrape::read(client).await,
+        None => None,
     };
     let cpu_before = process_cpu();
     let level = Arc::new(Level {
-        target: target.clone(),
+        targets: targets.to_vec(),
+        split: config.split,
+        next_target: AtomicUsize::new(0),
+        order: links.map(Order::new),
         workload: workload.clone(),
         observer: observer.clone(),
         start: Instant::now(),
@@ -99,7 +156,10 @@ pub async fn run(
         seq_base,
     });
     let results = match load {
-        Load::Concurrency { concurrency } => closed::run(&level, concurrency).await?,
+        Load::Concurrency { concurrency } => match dialogues {
+            Some(d) => multiturn::run(&level, concurrency, d).await?,
+            None => closed::run(&level, concurrency).await?,
+        },
         Load::Rate {
             rate,
             max_concurrency,
@@ -116,16 +176,18 @@ pub async fn run(
     let cpu = cpu_before
         .zip(process_cpu())
         .map(|(a, b)| b.saturating_sub(a));
-    let server = match before {
-        Some(before) => scrape::read(&target.client)
+    let server = match (before, scraped) {
+        (Some(before), Some(client)) => scrape::read(client)
             .await
             .map(|after| scrape::between(&before, &after)),
-        None => None,
+        _ => None,
     };
+    let urls: Vec<&str> = targets.iter().map(|t| t.client.base()).collect();
     let report = LevelReport {
         load,
-        target: target.index,
-        url: target.client.base().to_string(),
+        target: targets.first().map_or(0, |t| t.index),
+        url: urls.join(","),
+        dialogues: dialogues.map(|d| (d.conversations, d.turns)),
         wall,
         results,
         dialect: workload.dialect,

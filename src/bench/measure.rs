@@ -5,6 +5,7 @@
 
 use std::time::{Duration, Instant};
 
+use super::conversation::MAX_ANSWER;
 use super::report::{ErrorKind, RequestResult};
 use crate::model::{Event, Finish, Tally};
 
@@ -21,6 +22,8 @@ pub struct Meter {
     tally: Tally,
     finished: bool,
     error: Option<(ErrorKind, String)>,
+    /// The answer's text so far, when it is kept (multi-turn), at most `MAX_ANSWER` bytes.
+    answer: Option<String>,
 }
 
 impl Meter {
@@ -35,7 +38,14 @@ impl Meter {
             tally: Tally::default(),
             finished: false,
             error: None,
+            answer: None,
         }
+    }
+
+    /// Keep the answer's text (for a conversation's next turn).
+    pub fn keep_answer(mut self) -> Meter {
+        self.answer = Some(String::new());
+        self
     }
 
     /// Account for one event that arrived at `at`.
@@ -43,6 +53,11 @@ impl Meter {
         let new = self.tally.observe(ev);
         match ev {
             Event::Chunk(c) => {
+                if let Some(a) = &mut self.answer {
+                    if a.len() + c.text.len() <= MAX_ANSWER {
+                        a.push_str(&c.text);
+                    }
+                }
                 let content = new > 0 || !c.text.is_empty();
                 if content {
                     match (self.first, self.last_token) {
@@ -111,6 +126,7 @@ impl Meter {
             prompt_tokens: usage.prompt_tokens,
             estimated,
             itl: self.itl,
+            answer: self.answer,
             ..RequestResult::default()
         }
     }

@@ -8,20 +8,24 @@
 //! codecs (`encode_request`, `stream_decoder`, `decode_response`) and `model::Tally`, so wire
 //! formats have one source of truth. It writes no wire JSON of its own.
 //!
-//! Module map: `config` (what to run) -> `workload` (+ `tokens`, `dataset`, `rng`) builds the
-//! bodies -> `level` runs one level through `closed` or `open` (+ `schedule`), each request
-//! through `exchange` and `measure` -> `report` (raw results) -> `summary` (every figure,
-//! with `selfcheck` and `scrape`) -> `table`, `csv`, `json`, `compare` render it.
+//! Module map: `config` (what to run) -> `workload` (+ `tokens`, `dataset`, `rng`,
+//! `conversation` for multi-turn histories) builds the bodies -> `level` runs one level through
+//! `closed`, `multiturn` or `open` (+ `schedule`, `sessions` for a replay's conversations),
+//! each request through `exchange` and `measure` to one of the level's urls -> `report` (raw
+//! results) -> `summary` (every figure, with `selfcheck`, `scrape` and `turns`) -> `table`,
+//! `csv`, `json`, `compare` render it.
 
 mod closed;
 pub mod compare;
 mod config;
+mod conversation;
 pub mod csv;
 mod dataset;
 mod exchange;
 pub mod json;
 mod level;
 mod measure;
+mod multiturn;
 mod observe;
 mod open;
 mod report;
@@ -29,10 +33,12 @@ mod rng;
 pub mod schedule;
 mod scrape;
 mod selfcheck;
+mod sessions;
 mod stats;
 mod summary;
 mod table;
 mod tokens;
+mod turns;
 mod workload;
 
 use std::sync::Arc;
@@ -40,13 +46,14 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 
-pub use config::{BenchConfig, Load, Rate, Slo, Source};
+pub use config::{BenchConfig, Load, Rate, Slo, Source, Split, WorkloadKind};
 pub use observe::{Observer, Quiet};
 pub use report::{ErrorKind, InputLengths, LevelReport, RequestResult};
 pub use scrape::ServerSide;
 pub use selfcheck::SelfCheck;
 pub use summary::{Dist, Summary};
 pub use table::{render, render_detail, render_table};
+pub use turns::{Dialogue, TurnSummary};
 
 use crate::config::Timeouts;
 use crate::dialect::Dialect;
@@ -77,15 +84,26 @@ pub async fn run_with(
     observer: Arc<dyn Observer>,
 ) -> anyhow::Result<Vec<LevelReport>> {
     config.validate()?;
-    let urls: Vec<&String> = std::iter::once(&config.url).chain(&config.vs_url).collect();
-    let mut targets = Vec::new();
+    // Target A is `url` with any repeated urls (sharing each level); B is `vs_url`.
+    let groups: Vec<Vec<String>> = std::iter::once(config.urls())
+        .chain(config.vs_url.iter().map(|u| vec![u.clone()]))
+        .collect();
+    let mut targets: Vec<Vec<Arc<Target>>> = Vec::new();
     let mut workloads = Vec::new();
     let mut shared: Option<Workload> = None;
-    for (index, url) in urls.into_iter().enumerate() {
-        let (target, model) = connect(config, index, url).await;
+    for (index, urls) in groups.iter().enumerate() {
+        let mut group = Vec::new();
+        let mut model = None;
+        for url in urls {
+            let (target, m) = connect(config, index, url).await;
+            // The group's model is its first url's: every url of a group serves the same.
+            model = model.or(Some(m));
+            group.push(Arc::new(target));
+        }
+        let model = model.flatten();
         let base = match &shared {
             Some(w) => w.clone(),
-            None => prepare(config, &target.client, model.clone()).await?,
+            None => prepare(config, &group[0].client, model.clone()).await?,
         };
         let workload = Arc::new(Workload {
             model,
@@ -93,18 +111,20 @@ pub async fn run_with(
         });
         workload.item(0, 0).context("building the first request")?;
         shared.get_or_insert(base);
-        targets.push(Arc::new(target));
+        targets.push(group);
         workloads.push(workload);
     }
     let mut seq = 0;
-    for (target, workload) in targets.iter().zip(&workloads) {
-        warmup(target, workload, config.warmup, seq).await?;
-        seq += u64::from(config.warmup);
+    for (group, workload) in targets.iter().zip(&workloads) {
+        for target in group {
+            warmup(target, workload, config.warmup, seq).await?;
+            seq += u64::from(config.warmup);
+        }
     }
     let mut levels = Vec::new();
     for load in config.loads() {
-        for (target, workload) in targets.iter().zip(&workloads) {
-            let report = level::run(config, load, target, workload, &observer, seq).await?;
+        for (group, workload) in targets.iter().zip(&workloads) {
+            let report = level::run(config, load, group, workload, &observer, seq).await?;
             seq += report.results.len() as u64;
             levels.push(report);
         }
@@ -143,6 +163,7 @@ async fn connect(config: &BenchConfig, index: usize, url: &str) -> (Target, Opti
         stream: config.stream,
         output_len: config.output_len,
         timeout: config.timeout,
+        keep_answers: config.is_multiturn(),
     };
     (target, model)
 }
@@ -159,7 +180,9 @@ async fn prepare(
         Source::Dataset(path) => Some(dataset::load(path)?),
         _ => None,
     };
+    // Multi-turn histories are text whatever the dialect takes.
     let needs_counter = !shapes.token_ids
+        || config.is_multiturn()
         || sharegpt
             .as_ref()
             .is_some_and(|s| s.iter().any(|x| x.reply.is_some()));
@@ -174,7 +197,7 @@ async fn prepare(
                 .transpose()?,
         },
     };
-    let calibration = match (&counter, shapes.token_ids) {
+    let calibration = match (&counter, shapes.token_ids && !config.is_multiturn()) {
         (Some(c), false) => {
             let special = shapes.text == TextShape::Raw;
             let (cal, why) = Calibration::measure(c, special).await?;
@@ -186,7 +209,11 @@ async fn prepare(
         _ => Calibration::approximate(),
     };
     let items = match (&config.source, sharegpt) {
-        (Source::Replay(path), _) => Items::Replay(dataset::load_log(path)?),
+        (Source::Replay(path), _) => {
+            let log = dataset::load_log(path)?;
+            let links = sessions::Links::of(&log);
+            Items::Replay(log, links)
+        }
         (Source::Dataset(_), Some(samples)) => {
             Items::Dataset(dataset_items(config, samples, counter.as_ref()).await?)
         }
@@ -201,7 +228,7 @@ async fn prepare(
             },
         },
     };
-    Ok(Workload {
+    let mut workload = Workload {
         dialect: config.dialect,
         flavor: config.flavor(),
         model,
@@ -210,7 +237,28 @@ async fn prepare(
         shapes,
         calibration,
         items: Arc::new(items),
-    })
+    };
+    if config.is_multiturn() {
+        workload.items = Arc::new(Items::Multiturn(dialogues(config, &workload)));
+    }
+    Ok(workload)
+}
+
+/// The multi-turn shape, with its shared system prompt drawn from the run's seed.
+fn dialogues(config: &BenchConfig, w: &Workload) -> conversation::Dialogues {
+    conversation::Dialogues {
+        conversations: config.conversations,
+        turns: config.turns,
+        input: Span {
+            len: config.input_len,
+            range: config.input_range,
+        },
+        output: Span {
+            len: config.output_len,
+            range: config.output_range,
+        },
+        system: conversation::Dialogues::system_prompt(w, config.system_prompt_len),
+    }
 }
 
 /// Dataset samples in seeded order, with output lengths: the line's own, else the reference
@@ -250,7 +298,12 @@ async fn dataset_items(
 async fn warmup(target: &Target, workload: &Workload, count: u32, seq: u64) -> anyhow::Result<()> {
     let sends = (0..u64::from(count)).map(|i| async move {
         let body = workload.item(i, seq + i)?.body;
-        Ok::<_, anyhow::Error>(target.send(body, std::time::Instant::now()).await.error)
+        Ok::<_, anyhow::Error>(
+            target
+                .send(body, None, std::time::Instant::now())
+                .await
+                .error,
+        )
     });
     let errors = futures_util::future::join_all(sends).await;
     let mut last_error = None;

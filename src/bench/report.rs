@@ -83,6 +83,11 @@ pub struct RequestResult {
     /// Token-weighted inter-token gaps in seconds: a chunk of k tokens after a gap g adds k
     /// entries of g/k.
     pub itl: Vec<f64>,
+    /// Multi-turn: the conversation (numbered within its level) and the turn (from 0).
+    pub conversation: Option<u32>,
+    pub turn: Option<u32>,
+    /// The answer's text, kept only when a later turn needs it (multi-turn).
+    pub answer: Option<String>,
 }
 
 impl RequestResult {
@@ -132,6 +137,8 @@ pub struct LevelReport {
     pub cores: usize,
     /// The server's own view, from its `/metrics` (with `scrape_metrics`).
     pub server: Option<super::scrape::ServerSide>,
+    /// Multi-turn: (conversations, turns per conversation) of the level.
+    pub dialogues: Option<(u32, u32)>,
 }
 
 impl LevelReport {
@@ -258,6 +265,7 @@ pub(crate) mod tests {
             cpu: None,
             cores: 2,
             server: None,
+            dialogues: None,
         }
     }
 

@@ -11,6 +11,7 @@ use super::report::{InputLengths, LevelReport, RequestResult};
 use super::scrape::ServerSide;
 use super::selfcheck::SelfCheck;
 use super::stats::{mean, mean_opt, per_second, quantile_sorted};
+use super::turns::Dialogue;
 
 /// A distribution: its mean and the chosen percentiles, keyed `p50`, `p99.9`, ...
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -95,6 +96,9 @@ pub struct Summary {
     pub errors: Vec<ErrorCount>,
     pub self_check: SelfCheck,
     pub server: Option<ServerSide>,
+    /// Multi-turn levels only: the conversations and per-turn figures.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub multiturn: Option<Dialogue>,
     // Schema 0 names, kept for scripts written against it; the same values as above.
     pub ttft_mean: f64,
     pub ttft_p50: Option<f64>,
@@ -184,6 +188,7 @@ impl Summary {
                 .collect(),
             self_check: SelfCheck::of(l),
             server: l.server.clone(),
+            multiturn: Dialogue::of(l),
         }
     }
 }

@@ -58,6 +58,11 @@ pub fn render(summaries: &[Summary], chat: bool) -> String {
         out.push_str(&note);
         out.push('\n');
     }
+    for s in summaries {
+        if let Some(d) = &s.multiturn {
+            out.push_str(&super::turns::render(&level_name(s, two), d));
+        }
+    }
     out
 }
 

@@ -18,6 +18,9 @@ use crate::model::{Message, Prompt, Request, Role};
 /// bottom of common vocabularies and inside every vocabulary of 30k or more.
 const ID_LOW: u32 = 1000;
 const ID_HIGH: u32 = 30000;
+/// Keys of replayed sessions' prompt generators: `SESSION_KEY + first line` (apart from
+/// every request's own key, a sequence number).
+const SESSION_KEY: u64 = 0x5E55_0000_0000_0000;
 
 /// How text reaches the dialect: a raw prompt, or one user message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,7 +80,7 @@ impl Span {
         (lo, hi.max(lo))
     }
 
-    fn draw(self, rng: &mut Rng) -> u32 {
+    pub fn draw(self, rng: &mut Rng) -> u32 {
         let (lo, hi) = self.bounds();
         rng.between(lo, hi)
     }
@@ -88,10 +91,14 @@ impl Span {
 pub enum Items {
     /// Random prompts.
     Random { input: Span, output: Span },
-    /// Lengths replayed from a request log, in order (the arrival times are the schedule's).
-    Replay(Vec<Logged>),
+    /// Lengths replayed from a request log, in order (the arrival times are the schedule's),
+    /// with the links between the lines of one session, when any line names one.
+    Replay(Vec<Logged>, Option<super::sessions::Links>),
     /// Dataset prompts, in the (seeded) order given, with their output lengths.
     Dataset(Vec<(Sample, u32)>),
+    /// Multi-turn conversations (`item` gives single random prompts of the user-message
+    /// lengths, for the warmup).
+    Multiturn(super::conversation::Dialogues),
 }
 
 /// One prepared request.
@@ -101,6 +108,9 @@ pub struct Item {
     /// Asked-for input tokens (0 for dataset prompts, whose length the server reports).
     pub input_len: u32,
     pub output_len: u32,
+    /// Sent as `x-session-id` (multi-turn: the conversation), so a lingo request log keeps
+    /// the conversations for a replay.
+    pub session: Option<String>,
 }
 
 /// The request-independent part of every request of a run.
@@ -123,6 +133,8 @@ impl Workload {
     pub fn input_lengths(&self) -> InputLengths {
         match &*self.items {
             Items::Dataset(_) => InputLengths::Dataset,
+            // Histories are text, whatever the dialect takes.
+            Items::Multiturn(_) => self.calibration.lengths,
             _ if self.shapes.token_ids => InputLengths::TokenIds,
             _ => self.calibration.lengths,
         }
@@ -133,14 +145,24 @@ impl Workload {
     pub fn item(&self, index: u64, seq: u64) -> anyhow::Result<Item> {
         let mut rng = Rng::new(self.seed, seq);
         let (prompt, input_len, output_len) = match &*self.items {
-            Items::Random { input, output } => {
+            Items::Random { input, output }
+            | Items::Multiturn(super::conversation::Dialogues { input, output, .. }) => {
                 let (i, o) = (input.draw(&mut rng), output.draw(&mut rng));
                 (self.synthetic(i, &mut rng), i, o)
             }
-            Items::Replay(log) => {
-                let l = &log[(index % log.len() as u64) as usize];
+            Items::Replay(log, links) => {
+                let at = (index % log.len() as u64) as usize;
+                let l = &log[at];
                 let i = clamp_u32(l.prompt_tokens.max(1));
                 let o = clamp_u32(l.completion_tokens.max(1));
+                // A session's prompts come from one generator, started at its first line,
+                // so each is a prefix or an extension of the one before.
+                let root = links
+                    .as_ref()
+                    .and_then(|k| k.root.get(at).copied().flatten());
+                if let Some(root) = root {
+                    rng = Rng::new(self.seed, SESSION_KEY.wrapping_add(root as u64));
+                }
                 (self.synthetic(i, &mut rng), i, o)
             }
             Items::Dataset(samples) => {
@@ -148,6 +170,16 @@ impl Workload {
                 (self.text(s.prompt.clone()), 0, *o)
             }
         };
+        Ok(Item {
+            body: self.encode(prompt, output_len)?,
+            input_len,
+            output_len,
+            session: None,
+        })
+    }
+
+    /// The body of one request for `prompt`, asking for `output_len` tokens.
+    pub fn encode(&self, prompt: Prompt, output_len: u32) -> anyhow::Result<Bytes> {
         let mut req = Request::new(prompt);
         req.model = self.model.clone();
         req.stream = self.stream;
@@ -160,11 +192,7 @@ impl Workload {
             .dialect
             .encode_request_as(&req, self.flavor)
             .map_err(|e| anyhow::anyhow!("encoding a {} request: {e}", self.dialect.label()))?;
-        Ok(Item {
-            body: Bytes::from(body),
-            input_len,
-            output_len,
-        })
+        Ok(Bytes::from(body))
     }
 
     fn synthetic(&self, tokens: u32, rng: &mut Rng) -> Prompt {
@@ -291,14 +319,16 @@ mod tests {
                 time: 1.0,
                 prompt_tokens: 12,
                 completion_tokens: 3,
+                session: None,
             },
             Logged {
                 time: 2.0,
                 prompt_tokens: 40,
                 completion_tokens: 0,
+                session: None,
             },
         ];
-        let w = workload(Dialect::OpenaiCompletions, Items::Replay(log));
+        let w = workload(Dialect::OpenaiCompletions, Items::Replay(log, None));
         let (a, b) = (w.item(0, 9).unwrap(), w.item(1, 10).unwrap());
         assert_eq!((a.input_len, a.output_len), (12, 3));
         assert_eq!((b.input_len, b.output_len), (40, 1));

@@ -13,7 +13,8 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use lingo::bench::compare;
 use lingo::bench::json::RunDoc;
 use lingo::bench::{
-    render, render_detail, BenchConfig, LevelReport, Observer, Rate, Slo, Source, Summary,
+    render, render_detail, BenchConfig, LevelReport, Observer, Rate, Slo, Source, Split, Summary,
+    WorkloadKind,
 };
 use lingo::dialect::Dialect;
 
@@ -90,13 +91,32 @@ pub enum BenchCommand {
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// Base URL of the server (a lingo proxy, vLLM, SGLang, ...).
+    /// Base URL of the server (a lingo proxy, vLLM, SGLang, ...). Repeat it to spread each
+    /// level over several servers (see --split), e.g. two lingo replicas.
     #[arg(
         long,
         env = "LINGO_BENCH_URL",
         default_value = "http://127.0.0.1:30000"
     )]
-    pub url: String,
+    pub url: Vec<String>,
+    /// With several --url: `conversations` sends conversation i (request i outside
+    /// multi-turn runs) to url i mod n; `requests` sends each request to the next url in turn.
+    #[arg(long, env = "LINGO_BENCH_SPLIT", default_value = "conversations", value_parser = Split::parse)]
+    pub split: Split,
+    /// `random` (independent prompts) or `multiturn`: --conversations conversations of
+    /// --turns turns, each turn's prompt the whole history (the server's answers included)
+    /// plus a new user message of --input-len tokens; --concurrency conversations in flight.
+    #[arg(long, env = "LINGO_BENCH_WORKLOAD", default_value = "random", value_parser = WorkloadKind::parse)]
+    pub workload: WorkloadKind,
+    /// Multi-turn: conversations per level.
+    #[arg(long, env = "LINGO_BENCH_CONVERSATIONS", default_value_t = 16)]
+    pub conversations: u32,
+    /// Multi-turn: turns per conversation.
+    #[arg(long, env = "LINGO_BENCH_TURNS", default_value_t = 4)]
+    pub turns: u32,
+    /// Multi-turn: tokens of a system prompt shared by every conversation (0: none).
+    #[arg(long, env = "LINGO_BENCH_SYSTEM_PROMPT_LEN", default_value_t = 0)]
+    pub system_prompt_len: u32,
     /// A second server: every level runs against --url (A), then this one (B), under the
     /// same conditions, and the report gives the ratios B/A (e.g. a proxy and its upstream).
     #[arg(long, env = "LINGO_BENCH_VS_URL")]
@@ -109,7 +129,8 @@ pub struct RunArgs {
     #[arg(long, env = "LINGO_BENCH_MODEL")]
     pub model: Option<String>,
     /// Closed-loop concurrency levels, comma-separated: each level keeps this many requests
-    /// in flight. Default 1,2,4,8,16,32 when no --request-rate is given.
+    /// (multi-turn: conversations) in flight. Default 1,2,4,8,16,32 when no --request-rate
+    /// is given.
     #[arg(long, env = "LINGO_BENCH_CONCURRENCY", value_delimiter = ',')]
     pub concurrency: Option<Vec<u32>>,
     /// Open-loop request rates in requests/s, comma-separated, `inf` for all at once: arrivals
@@ -169,8 +190,9 @@ pub struct RunArgs {
     /// JSONL of {"prompt": ..., "output_len"?: ...}.
     #[arg(long, env = "LINGO_BENCH_DATASET", conflicts_with = "replay")]
     pub dataset: Option<PathBuf>,
-    /// Replay a lingo request log (JSONL with time, prompt_tokens, completion_tokens): its
-    /// relative arrival times and lengths, as one open-loop level.
+    /// Replay a lingo request log (JSONL with time, prompt_tokens, completion_tokens, and an
+    /// optional session): its relative arrival times and lengths, as one open-loop level; a
+    /// session's lines go in order, each after the previous ended, sharing a prompt prefix.
     #[arg(long, env = "LINGO_BENCH_REPLAY", conflicts_with_all = ["concurrency", "request_rate"])]
     pub replay: Option<PathBuf>,
     /// A Hugging Face tokenizer.json to size text prompts when the server has no /tokenize.
@@ -221,8 +243,15 @@ impl RunArgs {
             (None, Some(_)) => u32::MAX,
             (None, None) => 64,
         };
+        let mut urls = self.url.iter().map(|u| u.trim_end_matches('/').to_string());
         BenchConfig {
-            url: self.url.trim_end_matches('/').to_string(),
+            url: urls.next().unwrap_or_else(|| BenchConfig::default().url),
+            more_urls: urls.collect(),
+            split: self.split,
+            workload: self.workload,
+            conversations: self.conversations,
+            turns: self.turns,
+            system_prompt_len: self.system_prompt_len,
             vs_url: self
                 .vs_url
                 .as_ref()

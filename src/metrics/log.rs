@@ -49,6 +49,10 @@ pub struct LogLine<'a> {
     pub error_kind: Option<&'a str>,
     /// The client key's name (never the key); null without auth.
     pub key: Option<&'a str>,
+    /// The client's session key (`x-session-id`, else the OpenAI `user` field), at most 128
+    /// bytes; absent when the client sent none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session: Option<&'a str>,
 }
 
 impl<'a> LogLine<'a> {
@@ -72,6 +76,7 @@ impl<'a> LogLine<'a> {
             finish_reason: r.finish,
             error_kind: r.error_kind,
             key: r.key.as_ref().map(|k| k.name()),
+            session: r.session.as_deref(),
         }
     }
 }
@@ -119,5 +124,47 @@ impl RequestLog {
             self.dropped
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::metrics::{session_key, Labels};
+
+    fn line(session: Option<&str>) -> serde_json::Value {
+        let labels = Labels {
+            dialect: "openai-chat",
+            upstream: "u".into(),
+            model: "m".into(),
+        };
+        let mut r = RequestRecord::new(labels, std::time::Instant::now());
+        r.session = session.and_then(session_key);
+        r.session_from_user(Some("from-user"));
+        serde_json::to_value(LogLine::from_record(&r)).unwrap()
+    }
+
+    #[test]
+    fn the_session_is_the_header_else_the_user_and_bounded() {
+        assert_eq!(line(Some("conv-7"))["session"], "conv-7");
+        assert_eq!(line(None)["session"], "from-user");
+        let long = "é".repeat(100);
+        let kept = session_key(&long).unwrap();
+        assert!(kept.len() <= 128 && long.starts_with(&kept));
+        assert_eq!(session_key("  "), None);
+    }
+
+    #[test]
+    fn no_session_no_field() {
+        let labels = Labels {
+            dialect: "sglang",
+            upstream: "u".into(),
+            model: "m".into(),
+        };
+        let r = RequestRecord::new(labels, std::time::Instant::now());
+        let v = serde_json::to_value(LogLine::from_record(&r)).unwrap();
+        assert!(v.get("session").is_none(), "{v}");
     }
 }

@@ -16,7 +16,7 @@ mod vllm;
 pub use body::{Emit, MeteredBody, Summary};
 pub use log::{LogLine, LogTarget, RequestLog};
 pub use open::{OnEnd, OpenRecord};
-pub use record::{Labels, Outcome, RequestRecord};
+pub use record::{session_key, Labels, Outcome, RequestRecord};
 
 use prometheus::{
     Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry,

@@ -79,6 +79,22 @@ pub struct RequestRecord {
     pub key: Option<crate::auth::ClientKey>,
     /// The output cap the client asked for (whatever its dialect calls it), if any.
     pub max_tokens: Option<u64>,
+    /// The conversation the client said this request belongs to (`x-session-id`, else the
+    /// OpenAI `user` field), at most `MAX_SESSION` bytes; for replaying sessions in order.
+    pub session: Option<String>,
+}
+
+/// Longest session key logged, in bytes (a longer one is cut at a character boundary).
+pub const MAX_SESSION: usize = 128;
+
+/// A client-supplied session key as logged: trimmed, bounded, `None` when empty.
+pub fn session_key(s: &str) -> Option<String> {
+    let s = s.trim();
+    let mut end = s.len().min(MAX_SESSION);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    (end > 0).then(|| s[..end].to_string())
 }
 
 impl RequestRecord {
@@ -111,6 +127,14 @@ impl RequestRecord {
             itl: None,
             key: None,
             max_tokens: None,
+            session: None,
+        }
+    }
+
+    /// Take the OpenAI `user` field as the session, unless a header already gave one.
+    pub fn session_from_user(&mut self, user: Option<&str>) {
+        if self.session.is_none() {
+            self.session = user.and_then(session_key);
         }
     }
 

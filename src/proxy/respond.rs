@@ -35,6 +35,10 @@ impl Arrival {
             .map(str::to_string);
         let mut rec = RequestRecord::new(labels(st, dialect, None), started);
         rec.request_id = request_id;
+        rec.session = headers
+            .get("x-session-id")
+            .and_then(|v| v.to_str().ok())
+            .and_then(crate::metrics::session_key);
         rec.key = crate::auth::current();
         Arrival {
             started,

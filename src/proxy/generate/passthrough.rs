@@ -70,6 +70,7 @@ pub async fn handle(
     rec.stream = stream;
     rec.prompt_tokens = peek.ids_len;
     rec.max_tokens = peek.max_tokens;
+    rec.session_from_user(peek.user.as_deref());
     let strip_usage = peek.needs_usage(dialect);
     let send_model = upstream_model(st, kind, dialect, peek.model.as_deref()).await;
     let body = match (&send_model, strip_usage) {

@@ -57,6 +57,7 @@ pub async fn handle(
     let ctx = Ctx::new(&req, response_id(client, &req), shown);
     rec.prompt_tokens = ctx.prompt_tokens();
     rec.max_tokens = req.sampling.max_tokens.map(u64::from);
+    rec.session_from_user(req.extra.get("user").and_then(|u| u.as_str()));
     let fwd = forward_headers(headers);
     let sent = Instant::now();
     let mut timers = Timers::start(&st.config.timeouts, at.started, &st.drain, req.stream);

@@ -16,7 +16,7 @@ pub use endpoint::{Endpoint, Health, Ticket};
 pub use failover::{Budget, Reason};
 pub use pool::{NoPick, Pool};
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::config::Config;
@@ -40,6 +40,9 @@ pub const MAX_ENDPOINT_LABELS: usize = 64;
 /// How long a merged model list is reused before the endpoints are asked again.
 const MODELS_TTL: Duration = Duration::from_secs(2);
 
+/// The longest a model-list refresh holds up the requests waiting on it.
+const MODELS_WAIT: Duration = Duration::from_secs(5);
+
 /// What a refused client waits before asking a pool with no healthy endpoint again.
 const DOWN_RETRY_AFTER: u64 = 1;
 
@@ -47,7 +50,9 @@ pub struct Fleet {
     pools: Vec<Arc<Pool>>,
     default: usize,
     /// When the endpoints' model lists were last read.
-    refreshed: Mutex<Option<Instant>>,
+    /// When the endpoints' model lists were last read; held while they are read, so a
+    /// request arriving meanwhile waits for the lists rather than seeing none.
+    refreshed: tokio::sync::Mutex<Option<Instant>>,
 }
 
 impl Fleet {
@@ -65,7 +70,7 @@ impl Fleet {
         Fleet {
             pools,
             default,
-            refreshed: Mutex::new(None),
+            refreshed: tokio::sync::Mutex::new(None),
         }
     }
 
@@ -117,22 +122,18 @@ impl Fleet {
     /// Read every endpoint's model list again unless that was done within `MODELS_TTL`
     /// (`force` skips the wait); returns the merged list.
     pub async fn refresh_models(&self, force: bool) -> Vec<ModelCard> {
-        let due = {
-            let mut at = self.refreshed.lock().unwrap_or_else(|e| e.into_inner());
-            let due = force || at.is_none_or(|t| t.elapsed() >= MODELS_TTL);
-            if due {
-                *at = Some(Instant::now());
-            }
-            due
-        };
-        if due {
+        let mut at = self.refreshed.lock().await;
+        if force || at.is_none_or(|t| t.elapsed() >= MODELS_TTL) {
+            *at = Some(Instant::now());
             let all: Vec<Arc<Endpoint>> = self
                 .pools
                 .iter()
                 .flat_map(|p| p.endpoints().iter().cloned().collect::<Vec<_>>())
                 .collect();
             let reads = all.iter().map(|e| e.refresh_models());
-            futures_util::future::join_all(reads).await;
+            // Bounded: requests wait on this; an endpoint that does not answer in time
+            // keeps the list it had.
+            let _ = tokio::time::timeout(MODELS_WAIT, futures_util::future::join_all(reads)).await;
         }
         self.model_cards()
     }

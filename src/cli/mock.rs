@@ -149,14 +149,16 @@ async fn run_one(args: &MockArgs, config: MockConfig) -> anyhow::Result<()> {
 /// it is 0.
 async fn bind_replicas(listen: SocketAddr, n: u16) -> anyhow::Result<Vec<tokio::net::TcpListener>> {
     anyhow::ensure!(n >= 1, "--replicas must be at least 1");
+    let p = listen.port();
+    if p != 0 {
+        anyhow::ensure!(
+            p.checked_add(n - 1).is_some(),
+            "--replicas {n} from port {p} passes 65535"
+        );
+    }
     let mut listeners = Vec::with_capacity(usize::from(n));
     for i in 0..n {
-        let port = match listen.port() {
-            0 => 0,
-            p => p
-                .checked_add(i)
-                .with_context(|| format!("--replicas {n} from port {p} passes 65535"))?,
-        };
+        let port = if p == 0 { 0 } else { p + i };
         let addr = SocketAddr::new(listen.ip(), port);
         let l = tokio::net::TcpListener::bind(addr)
             .await
@@ -164,4 +166,52 @@ async fn bind_replicas(listen: SocketAddr, n: u16) -> anyhow::Result<Vec<tokio::
         listeners.push(l);
     }
     Ok(listeners)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn ports(ls: &[tokio::net::TcpListener]) -> Vec<u16> {
+        ls.iter().map(|l| l.local_addr().unwrap().port()).collect()
+    }
+
+    #[tokio::test]
+    async fn replicas_take_consecutive_ports_from_the_given_one() {
+        // A port just seen free may be taken by the time it is bound again: a few tries.
+        for _ in 0..10 {
+            let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let p = probe.local_addr().unwrap().port();
+            drop(probe);
+            if p > 65533 {
+                continue;
+            }
+            let listen = SocketAddr::from(([127, 0, 0, 1], p));
+            if let Ok(ls) = bind_replicas(listen, 3).await {
+                assert_eq!(ports(&ls), vec![p, p + 1, p + 2]);
+                return;
+            }
+        }
+        panic!("no three consecutive free ports in 10 tries");
+    }
+
+    #[tokio::test]
+    async fn port_zero_gives_distinct_free_ports_and_the_range_is_checked() {
+        let ls = bind_replicas("127.0.0.1:0".parse().unwrap(), 3)
+            .await
+            .unwrap();
+        let mut got = ports(&ls);
+        got.sort_unstable();
+        got.dedup();
+        assert_eq!(got.len(), 3);
+        let err = bind_replicas("127.0.0.1:65535".parse().unwrap(), 2)
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("passes 65535"), "{err}");
+        assert!(bind_replicas("127.0.0.1:0".parse().unwrap(), 0)
+            .await
+            .is_err());
+    }
 }

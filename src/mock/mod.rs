@@ -11,6 +11,8 @@
 //! encode) -> `generate` (whole sequences up front) -> `driver` (timing, hold, injected
 //! failures) -> `sse`.
 //! `state` holds the counters; a `RequestGuard` dropped unfinished counts an abort.
+//! `sched` is the simulated scheduler a guard enters once its prompts are known (running cap,
+//! FIFO queue, the `cache` prefix LRU, prefill cost); `metrics` and `load` export its figures.
 //!
 //! Fault modes (`fault` chooses, `inject` injects; README "The mock" has the full list), each
 //! in every kind's framing and error shape, streaming and whole:

@@ -89,6 +89,8 @@ async fn a_repeated_prompt_hits_its_full_blocks_and_counts_exactly() {
         assert_eq!(status, 200);
         assert_eq!(sum(&text, "vllm:prefix_cache_queries_total", MODEL), 200.0);
         assert_eq!(sum(&text, "vllm:prefix_cache_hits_total", MODEL), 96.0);
+        assert_eq!(sum(&text, "vllm:prompt_tokens_total", MODEL), 200.0);
+        assert_eq!(sum(&text, "vllm:generation_tokens_total", MODEL), 2.0);
         assert_eq!(
             sum(&text, "vllm:time_to_first_token_seconds_count", MODEL),
             2.0
@@ -251,6 +253,8 @@ async fn max_running_queues_the_rest_and_all_complete() {
         let (_, text) = metrics(&mock.url()).await;
         assert_eq!(sum(&text, "vllm:num_requests_running", MODEL), 0.0);
         assert_eq!(sum(&text, "vllm:kv_cache_usage_perc", MODEL), 0.0);
+        // Three streams of 5 tokens; the refused fourth generated none.
+        assert_eq!(sum(&text, "vllm:generation_tokens_total", MODEL), 15.0);
     })
     .await;
 }

@@ -2,7 +2,7 @@
 //! poll a mock as it polls an engine.
 //!
 //! Every kind exports vLLM's names (`vllm/v1/metrics/loggers.py`): the scheduler gauges, the
-//! KV-cache usage, the prefix-cache counters (tokens) and three timing histograms with vLLM's
+//! KV-cache usage, the prefix-cache and token counters and three timing histograms with vLLM's
 //! buckets, all labelled `model_name` and `engine="0"` as vLLM labels them. Kind `sglang` adds
 //! `sglang:*` gauges (`model_name`), `tgi` adds `tgi_queue_size` and `tgi_batch_current_size`,
 //! `llamacpp` adds `llamacpp:requests_processing` and `llamacpp:requests_deferred` (neither
@@ -10,8 +10,8 @@
 //! scrape; a renamed model (tests) shows under its new name from the next scrape.
 
 use prometheus::{
-    Encoder, Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry,
-    TextEncoder,
+    Encoder, Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts,
+    Registry, TextEncoder,
 };
 
 use super::sched::{FirstToken, Load};
@@ -38,6 +38,8 @@ pub(crate) struct MockMetrics {
     kv_usage: GaugeVec,
     queries: IntCounterVec,
     hits: IntCounterVec,
+    prompt_tokens: IntCounterVec,
+    generation_tokens: IntCounterVec,
     queue_time: HistogramVec,
     prefill_time: HistogramVec,
     ttft: HistogramVec,
@@ -205,6 +207,16 @@ impl MockMetrics {
                 "vllm:prefix_cache_hits_total",
                 "Prefix cache hits, in terms of number of cached tokens.",
             ),
+            prompt_tokens: counter(
+                &r,
+                "vllm:prompt_tokens_total",
+                "Number of prefill tokens processed.",
+            ),
+            generation_tokens: counter(
+                &r,
+                "vllm:generation_tokens_total",
+                "Number of generation tokens processed.",
+            ),
             queue_time: hist(
                 &r,
                 "vllm:request_queue_time_seconds",
@@ -236,6 +248,8 @@ impl MockMetrics {
         let l = &[model, ENGINE];
         self.queries.with_label_values(l);
         self.hits.with_label_values(l);
+        self.prompt_tokens.with_label_values(l);
+        self.generation_tokens.with_label_values(l);
         self.queue_time.with_label_values(l);
         self.prefill_time.with_label_values(l);
         self.ttft.with_label_values(l);
@@ -246,6 +260,16 @@ impl MockMetrics {
         let l = &[model, ENGINE];
         self.queries.with_label_values(l).inc_by(queries);
         self.hits.with_label_values(l).inc_by(hits);
+    }
+
+    /// The model's prompt and generation token counters, resolved once per request (the
+    /// generation counter moves with every chunk).
+    pub fn token_counters(&self, model: &str) -> (IntCounter, IntCounter) {
+        let l = &[model, ENGINE];
+        (
+            self.prompt_tokens.with_label_values(l),
+            self.generation_tokens.with_label_values(l),
+        )
     }
 
     pub fn first_token(&self, model: &str, t: &FirstToken) {

@@ -111,6 +111,7 @@ pub(crate) struct Started {
 
 /// Times of one request's first token, for the histograms.
 pub(crate) struct FirstToken {
+    pub prompt_tokens: u64,
     pub queue: Duration,
     pub prefill: Duration,
     pub ttft: Duration,
@@ -230,6 +231,7 @@ impl Sched {
         }
         let now = Instant::now();
         Some(FirstToken {
+            prompt_tokens: slot.prompt_tokens,
             queue: started - slot.arrived,
             prefill: now - started,
             ttft: now - slot.arrived,

@@ -4,6 +4,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use prometheus::IntCounter;
 use tokio::sync::Notify;
 
 use super::fault::{self, FaultCounts, FaultMode};
@@ -214,6 +215,7 @@ impl MockState {
             state: Arc::clone(self),
             done: false,
             slot: None,
+            tokens: None,
         };
         (guard, ordinal)
     }
@@ -233,12 +235,15 @@ pub(crate) struct RequestGuard {
     done: bool,
     /// Its place in the scheduler once admitted: waiting, then running.
     slot: Option<Slot>,
+    /// `vllm:prompt_tokens_total` and `vllm:generation_tokens_total` for its model.
+    tokens: Option<(IntCounter, IntCounter)>,
 }
 
 impl RequestGuard {
     /// Enters the scheduler's queue with the request's prompts, as the server sees them.
     pub(crate) fn admit(&mut self, prompts: &[Prompt]) -> Result<(), Overloaded> {
         self.slot = Some(self.state.sched.admit(prompts)?);
+        self.tokens = Some(self.state.metrics.token_counters(&self.state.model()));
         self.state.changed.notify_waiters();
         Ok(())
     }
@@ -265,6 +270,9 @@ impl RequestGuard {
         let state = &self.state;
         if let Some(t) = self.slot.as_mut().and_then(|s| state.sched.prefilled(s)) {
             state.metrics.first_token(&state.model(), &t);
+            if let Some((prompt, _)) = &self.tokens {
+                prompt.inc_by(t.prompt_tokens);
+            }
         }
     }
 
@@ -272,6 +280,9 @@ impl RequestGuard {
     pub(crate) fn generated(&mut self, tokens: u64) {
         if let Some(slot) = self.slot.as_mut() {
             self.state.sched.hold(slot, tokens);
+        }
+        if let Some((_, generation)) = &self.tokens {
+            generation.inc_by(tokens);
         }
     }
 

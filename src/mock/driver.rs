@@ -3,8 +3,9 @@
 //! Timing: the first chunk goes out once the request holds a running permit (see `sched`), plus
 //! `ttft` and the prefill of its uncached prompt tokens; each later chunk of `t` tokens
 //! `t * itl` after the previous one (deadline-based, so encoding time does not add drift). With
-//! all delays zero the driver never sleeps or reads the tokio clock. Chunks of all sequences of a request
-//! advance together, one step of `tokens_per_chunk` tokens at a time, as a batch decodes.
+//! all delays zero the driver never sleeps or reads the tokio clock. Chunks of all sequences of
+//! a request advance together, one step of `tokens_per_chunk` tokens at a time, as a batch
+//! decodes.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -294,3 +294,68 @@ impl Sched {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn prompt(n: u32) -> Prompt {
+        Prompt::from_ids((0..n).collect())
+    }
+
+    #[test]
+    fn usage_is_capped_and_rates_are_zero_before_anything() {
+        let l = Load {
+            held_tokens: 300,
+            cache_tokens: 200,
+            ..Load::default()
+        };
+        assert_eq!(l.kv_usage(), 1.0);
+        assert_eq!(Load::default().kv_usage(), 0.0);
+        assert_eq!(Load::default().hit_rate(), 0.0);
+    }
+
+    #[tokio::test]
+    async fn a_slot_moves_from_waiting_to_running_and_leaves_clean() {
+        let cfg = MockConfig {
+            max_running: Some(0),
+            max_waiting: 1,
+            cache_tokens: 64,
+            prefill_per_token: Duration::from_millis(1),
+            ..MockConfig::default()
+        };
+        assert!(cfg.validate().is_err(), "0 is refused by validate()");
+        let sched = Sched::new(&cfg);
+        let mut a = sched.admit(&[prompt(40)]).unwrap();
+        // The cap of 0 is read as 1 and one may wait: a second admission is refused.
+        assert!(sched.admit(&[prompt(1)]).is_err());
+        let l = sched.load();
+        assert_eq!(
+            (l.waiting, l.waiting_tokens, l.max_running),
+            (1, 40, Some(1))
+        );
+        let started = sched.start(&mut a).await.unwrap();
+        assert_eq!(started.delay, Duration::from_millis(40));
+        assert!(sched.start(&mut a).await.is_none(), "started once");
+        sched.hold(&mut a, 2);
+        let l = sched.load();
+        assert_eq!((l.waiting, l.running, l.held_tokens), (0, 1, 42));
+        assert!(sched.prefilled(&mut a).is_some());
+        assert!(
+            sched.prefilled(&mut a).is_none(),
+            "the first token is recorded once"
+        );
+        sched.release(a);
+        let l = sched.load();
+        assert_eq!((l.running, l.held_tokens, l.queries, l.hits), (0, 0, 40, 0));
+        // The permit came back and the prompt's two blocks are cached.
+        let mut b = sched.admit(&[prompt(40)]).unwrap();
+        let started = sched.start(&mut b).await.unwrap();
+        assert_eq!(
+            (started.hits, started.delay),
+            (32, Duration::from_millis(8))
+        );
+    }
+}

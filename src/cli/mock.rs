@@ -60,6 +60,23 @@ pub struct MockArgs {
     /// Milliseconds between tokens of a slow-tokens answer (header `x-mock-fault-ms`).
     #[arg(long, env = "LINGO_MOCK_FAULT_SLOW_MS", default_value_t = 500)]
     pub fault_slow_ms: u64,
+    /// Prefix cache capacity in tokens: an LRU of 16-token prompt blocks, as vLLM's automatic
+    /// prefix caching (0: no cache).
+    #[arg(long, env = "LINGO_MOCK_CACHE_TOKENS", default_value_t = 0)]
+    pub cache_tokens: u64,
+    /// Prefill time per uncached prompt token, added to --ttft (e.g. 100us).
+    #[arg(long, env = "LINGO_MOCK_PREFILL_PER_TOKEN", default_value = "0s", value_parser = humantime::parse_duration)]
+    pub prefill_per_token: Duration,
+    /// At most N requests generate at once; the rest wait in a FIFO queue (default: no cap).
+    #[arg(long, env = "LINGO_MOCK_MAX_RUNNING")]
+    pub max_running: Option<u32>,
+    /// With --max-running, requests beyond this many waiting are answered 503.
+    #[arg(long, env = "LINGO_MOCK_MAX_WAITING", default_value_t = 1024)]
+    pub max_waiting: u32,
+    /// Start N mocks, each with its own state, on consecutive ports from --listen's (port 0:
+    /// N free ports); prints each URL on its own line once all listen.
+    #[arg(long, env = "LINGO_MOCK_REPLICAS")]
+    pub replicas: Option<u16>,
 }
 
 fn rate(s: &str) -> Result<f64, String> {
@@ -87,18 +104,114 @@ impl MockArgs {
             fault_rate: self.fault_rate,
             fault_error_bytes: self.fault_error_bytes,
             fault_slow: Duration::from_millis(self.fault_slow_ms),
+            cache_tokens: self.cache_tokens,
+            prefill_per_token: self.prefill_per_token,
+            max_running: self.max_running,
+            max_waiting: self.max_waiting,
         }
     }
 }
 
 pub async fn run(args: MockArgs) -> anyhow::Result<()> {
+    let config = args.config();
+    config.validate()?;
+    let Some(replicas) = args.replicas else {
+        return run_one(&args, config).await;
+    };
+    let listeners = bind_replicas(args.listen, replicas).await?;
+    let mut servers = tokio::task::JoinSet::new();
+    for listener in listeners {
+        // Printed only once every replica listens, so a script reading N lines can go.
+        println!("http://{}", listener.local_addr()?);
+        servers.spawn(lingo::mock::serve(listener, config.clone()));
+    }
+    tracing::info!(replicas, kind = args.kind.as_str(), model = %args.model, "lingo mock");
+    tokio::select! {
+        Some(r) = servers.join_next() => r??,
+        _ = super::shutdown_signal() => {}
+    }
+    Ok(())
+}
+
+async fn run_one(args: &MockArgs, config: MockConfig) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("binding {}", args.listen))?;
     tracing::info!(listen = %args.listen, kind = args.kind.as_str(), model = %args.model, "lingo mock");
     tokio::select! {
-        r = lingo::mock::serve(listener, args.config()) => r?,
+        r = lingo::mock::serve(listener, config) => r?,
         _ = super::shutdown_signal() => {}
     }
     Ok(())
+}
+
+/// Listeners for `n` replicas: ports `p..p+n` from `listen`'s port `p`, or `n` free ports when
+/// it is 0.
+async fn bind_replicas(listen: SocketAddr, n: u16) -> anyhow::Result<Vec<tokio::net::TcpListener>> {
+    anyhow::ensure!(n >= 1, "--replicas must be at least 1");
+    let p = listen.port();
+    if p != 0 {
+        anyhow::ensure!(
+            p.checked_add(n - 1).is_some(),
+            "--replicas {n} from port {p} passes 65535"
+        );
+    }
+    let mut listeners = Vec::with_capacity(usize::from(n));
+    for i in 0..n {
+        let port = if p == 0 { 0 } else { p + i };
+        let addr = SocketAddr::new(listen.ip(), port);
+        let l = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("binding {addr}"))?;
+        listeners.push(l);
+    }
+    Ok(listeners)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn ports(ls: &[tokio::net::TcpListener]) -> Vec<u16> {
+        ls.iter().map(|l| l.local_addr().unwrap().port()).collect()
+    }
+
+    #[tokio::test]
+    async fn replicas_take_consecutive_ports_from_the_given_one() {
+        // A port just seen free may be taken by the time it is bound again: a few tries.
+        for _ in 0..10 {
+            let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let p = probe.local_addr().unwrap().port();
+            drop(probe);
+            if p > 65533 {
+                continue;
+            }
+            let listen = SocketAddr::from(([127, 0, 0, 1], p));
+            if let Ok(ls) = bind_replicas(listen, 3).await {
+                assert_eq!(ports(&ls), vec![p, p + 1, p + 2]);
+                return;
+            }
+        }
+        panic!("no three consecutive free ports in 10 tries");
+    }
+
+    #[tokio::test]
+    async fn port_zero_gives_distinct_free_ports_and_the_range_is_checked() {
+        let ls = bind_replicas("127.0.0.1:0".parse().unwrap(), 3)
+            .await
+            .unwrap();
+        let mut got = ports(&ls);
+        got.sort_unstable();
+        got.dedup();
+        assert_eq!(got.len(), 3);
+        let err = bind_replicas("127.0.0.1:65535".parse().unwrap(), 2)
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("passes 65535"), "{err}");
+        assert!(bind_replicas("127.0.0.1:0".parse().unwrap(), 0)
+            .await
+            .is_err());
+    }
 }

@@ -1,9 +1,11 @@
 //! Plays generated sequences out over time: an incremental SSE body, or one delayed response.
 //!
-//! Timing: the first chunk goes out `ttft` after the request, each later chunk of `t` tokens
+//! Timing: the first chunk goes out once the request holds a running permit (see `sched`), plus
+//! `ttft` and the prefill of its uncached prompt tokens; each later chunk of `t` tokens
 //! `t * itl` after the previous one (deadline-based, so encoding time does not add drift). With
-//! both delays zero the driver never touches the clock. Chunks of all sequences of a request
-//! advance together, one step of `tokens_per_chunk` tokens at a time, as a batch decodes.
+//! all delays zero the driver never sleeps or reads the tokio clock. Chunks of all sequences of
+//! a request advance together, one step of `tokens_per_chunk` tokens at a time, as a batch
+//! decodes.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,15 +31,29 @@ pub(crate) struct Generation {
     pub guard: RequestGuard,
 }
 
-/// Sleeps as long as the whole stream of `seqs` would take (non-streaming responses).
-pub(crate) async fn pace_whole(state: &MockState, seqs: &[Seq]) {
-    let cfg = &state.config;
+/// Sleeps as long as the whole stream of `seqs` would take (non-streaming responses): the
+/// queue and prefill before the first chunk, then the rest of the tokens.
+pub(crate) async fn pace_whole(state: &MockState, guard: &mut RequestGuard, seqs: &[Seq]) {
     let total = seqs.iter().map(Seq::len).max().unwrap_or(0);
     let first = total.min(chunk_size(state));
-    let delay = cfg.ttft + itl(state) * u32::try_from(total - first).unwrap_or(u32::MAX);
+    let delay = guard.start().await;
     if !delay.is_zero() {
         tokio::time::sleep(delay).await;
     }
+    guard.first_token();
+    guard.generated(produced(seqs, 0, first));
+    let rest = itl(state) * u32::try_from(total - first).unwrap_or(u32::MAX);
+    if !rest.is_zero() {
+        tokio::time::sleep(rest).await;
+    }
+    guard.generated(produced(seqs, first, total));
+}
+
+/// Output tokens all of `seqs` produce between positions `from` and `to`.
+fn produced(seqs: &[Seq], from: usize, to: usize) -> u64 {
+    seqs.iter()
+        .map(|s| (to.min(s.len()).saturating_sub(from)) as u64)
+        .sum()
 }
 
 /// The delay per token: `slow-tokens` overrides the configured one.
@@ -69,7 +85,8 @@ pub(crate) fn stream<E: Encoder>(
     encoder: E,
 ) -> Response {
     let itl = itl(&state);
-    let paced = !(state.config.ttft.is_zero() && itl.is_zero());
+    let cfg = &state.config;
+    let paced = !(cfg.ttft.is_zero() && itl.is_zero() && cfg.prefill_per_token.is_zero());
     let driver = Driver {
         fail: stream_failure(&state),
         itl,
@@ -142,7 +159,14 @@ impl<E: Encoder> Driver<E> {
         }
         let first = !self.started;
         let end = self.chunk_end();
-        self.pace(first, end - self.pos).await;
+        if first {
+            self.prefill().await;
+        } else {
+            self.pace(end - self.pos).await;
+        }
+        if let Some(guard) = self.guard.as_mut() {
+            guard.generated(produced(&self.seqs, self.pos, end));
+        }
         if first {
             self.started = true;
             self.encoder.open(&self.seqs, &mut out);
@@ -175,17 +199,31 @@ impl<E: Encoder> Driver<E> {
         end
     }
 
-    async fn pace(&mut self, first: bool, tokens: usize) {
+    /// Waits for a running permit and the prefill; later chunks are paced from the first.
+    async fn prefill(&mut self) {
+        let Some(guard) = self.guard.as_mut() else {
+            return;
+        };
+        let delay = guard.start().await;
+        if let Some(deadline) = &mut self.deadline {
+            // Time spent queued is not caught up on later.
+            *deadline = Instant::now() + delay;
+            if delay > Duration::ZERO {
+                tokio::time::sleep_until(*deadline).await;
+            }
+        }
+        if let Some(guard) = self.guard.as_mut() {
+            guard.first_token();
+        }
+    }
+
+    async fn pace(&mut self, tokens: usize) {
         let Some(deadline) = &mut self.deadline else {
             return;
         };
-        let cfg = &self.state.config;
-        let delay = if first {
-            cfg.ttft
-        } else {
-            self.itl
-                .saturating_mul(u32::try_from(tokens).unwrap_or(u32::MAX))
-        };
+        let delay = self
+            .itl
+            .saturating_mul(u32::try_from(tokens).unwrap_or(u32::MAX));
         if delay > Duration::ZERO {
             *deadline += delay;
             tokio::time::sleep_until(*deadline).await;

@@ -64,6 +64,11 @@ impl ApiError {
         ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, message)
     }
 
+    /// A full queue (`max_waiting`).
+    pub fn unavailable(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, message)
+    }
+
     /// TGI's validation error.
     pub fn unprocessable(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, message)
@@ -78,7 +83,7 @@ impl ApiError {
     pub fn tgi_type(&self) -> &'static str {
         match self.status {
             StatusCode::UNPROCESSABLE_ENTITY => "validation",
-            StatusCode::TOO_MANY_REQUESTS => "overloaded",
+            StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE => "overloaded",
             StatusCode::FAILED_DEPENDENCY => "generation",
             _ => "incomplete_generation",
         }
@@ -97,6 +102,7 @@ impl ApiError {
             _ if self.validation && shape == ErrorShape::Flat => "Bad Request",
             StatusCode::BAD_REQUEST => "BadRequestError",
             StatusCode::NOT_FOUND => "NotFoundError",
+            StatusCode::SERVICE_UNAVAILABLE => "ServiceUnavailableError",
             _ => "InternalServerError",
         }
     }

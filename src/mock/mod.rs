@@ -11,6 +11,8 @@
 //! encode) -> `generate` (whole sequences up front) -> `driver` (timing, hold, injected
 //! failures) -> `sse`.
 //! `state` holds the counters; a `RequestGuard` dropped unfinished counts an abort.
+//! `sched` is the simulated scheduler a guard enters once its prompts are known (running cap,
+//! FIFO queue, the `cache` prefix LRU, prefill cost); `metrics` and `load` export its figures.
 //!
 //! Fault modes (`fault` chooses, `inject` injects; README "The mock" has the full list), each
 //! in every kind's framing and error shape, streaming and whole:
@@ -37,6 +39,7 @@
 //! `/tokenize`, `best_of > 1`, grammars and tools are not either (TGI's `best_of` is capped at
 //! 1, its default).
 
+mod cache;
 mod driver;
 mod error;
 mod fault;
@@ -44,10 +47,13 @@ mod generate;
 mod inject;
 mod listener;
 mod llamacpp;
+mod load;
+mod metrics;
 mod ollama;
 mod openai;
 mod prompt;
 mod routes;
+mod sched;
 mod sglang;
 mod sse;
 mod state;
@@ -147,6 +153,15 @@ pub struct MockConfig {
     pub fault_error_bytes: u64,
     /// Delay between the tokens of a `slow-tokens` answer. Default 500 ms.
     pub fault_slow: Duration,
+    /// Prefix cache capacity in tokens (16-token blocks, LRU). Default 0: no cache.
+    pub cache_tokens: u64,
+    /// Prefill time per uncached prompt token, added to `ttft`. Default 0.
+    pub prefill_per_token: Duration,
+    /// At most this many requests generate at once, the rest wait FIFO (0 means 1).
+    /// Default `None`: no cap.
+    pub max_running: Option<u32>,
+    /// With `max_running`, requests beyond this many waiting are answered 503. Default 1024.
+    pub max_waiting: u32,
 }
 
 impl Default for MockConfig {
@@ -165,7 +180,33 @@ impl Default for MockConfig {
             fault_rate: 1.0,
             fault_error_bytes: 50 << 20,
             fault_slow: Duration::from_millis(500),
+            cache_tokens: 0,
+            prefill_per_token: Duration::ZERO,
+            max_running: None,
+            max_waiting: 1024,
         }
+    }
+}
+
+/// A [`MockConfig`] value that cannot work, named by its CLI flag.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum MockConfigError {
+    #[error("--max-running must be at least 1")]
+    MaxRunning,
+    #[error("--fault-rate must be between 0 and 1")]
+    FaultRate,
+}
+
+impl MockConfig {
+    /// Checks the values [`MockState::new`] would otherwise have to correct.
+    pub fn validate(&self) -> Result<(), MockConfigError> {
+        if self.max_running == Some(0) {
+            return Err(MockConfigError::MaxRunning);
+        }
+        if !(0.0..=1.0).contains(&self.fault_rate) {
+            return Err(MockConfigError::FaultRate);
+        }
+        Ok(())
     }
 }
 
@@ -208,6 +249,19 @@ pub struct MockStats {
     /// `/flush_cache` calls answered.
     #[serde(default)]
     pub cache_flushes: u64,
+    /// Prompt tokens looked up in the prefix cache (every prompt token of every request that
+    /// started running).
+    #[serde(default)]
+    pub prefix_cache_queries: u64,
+    /// Of those, tokens found in the cache.
+    #[serde(default)]
+    pub prefix_cache_hits: u64,
+    /// Requests holding a running permit now.
+    #[serde(default)]
+    pub running: u64,
+    /// Requests waiting for one now (without the `/mock/load` addition).
+    #[serde(default)]
+    pub waiting: u64,
 }
 
 /// Serves the mock on `listener` until the process ends.

@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 
 use super::state::MockState;
 use super::{
-    inject, llamacpp, ollama, openai, sglang, tgi, tokenize, FailMode, FaultMode, MockKind,
+    inject, llamacpp, load, ollama, openai, sglang, tgi, tokenize, FailMode, FaultMode, MockKind,
 };
 
 /// Long batched prompts exceed axum's 2 MiB default.
@@ -37,7 +37,9 @@ pub fn router(state: Arc<MockState>) -> Router {
         .route("/mock/hold", post(hold))
         .route("/mock/release", post(release))
         .route("/mock/fail_next_stream", post(fail_next_stream))
-        .route("/mock/fault", post(fault));
+        .route("/mock/fault", post(fault))
+        .route("/mock/load", post(load::control))
+        .route("/metrics", get(load::metrics));
     let specific = match state.config.kind {
         MockKind::Vllm => openai_routes()
             .route("/ping", get(()))
@@ -50,6 +52,8 @@ pub fn router(state: Arc<MockState>) -> Router {
         MockKind::Sglang => openai_routes()
             .route("/generate", post(sglang::generate).put(sglang::generate))
             .route("/health_generate", get(()))
+            .route("/get_load", get(load::get_load))
+            .route("/v1/loads", get(load::loads))
             .route("/get_model_info", get(sglang::info::model_info))
             .route("/model_info", get(sglang::info::model_info))
             .route("/get_server_info", get(sglang::info::server_info))

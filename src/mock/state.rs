@@ -4,9 +4,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use prometheus::IntCounter;
 use tokio::sync::Notify;
 
 use super::fault::{self, FaultCounts, FaultMode};
+use super::metrics::MockMetrics;
+use super::prompt::Prompt;
+use super::sched::{Overloaded, Sched, Slot};
 use super::{FailMode, MockConfig, MockStats};
 
 /// `hold_at` value meaning "no hold".
@@ -29,6 +33,9 @@ pub struct MockState {
     changed: Notify,
     /// The served model name; starts as `config.model`, tests may rename it.
     served: std::sync::RwLock<String>,
+    /// Running cap, queue, prefix cache and the load figures.
+    pub(crate) sched: Sched,
+    pub(crate) metrics: MockMetrics,
 }
 
 #[derive(Default)]
@@ -59,6 +66,8 @@ impl MockState {
             fault_ordinal: AtomicU64::new(0),
             changed: Notify::new(),
             served: std::sync::RwLock::new(config.model.clone()),
+            sched: Sched::new(&config),
+            metrics: MockMetrics::new(config.kind, &config.model),
             config,
         })
     }
@@ -76,14 +85,17 @@ impl MockState {
         }
     }
 
-    /// A snapshot of the counters (each read separately: not atomic as a whole).
+    /// `/flush_cache`: counted, and the prefix cache emptied.
     pub(crate) fn cache_flushed(&self) {
+        self.sched.flush();
         self.counters.cache_flushes.fetch_add(1, Ordering::AcqRel);
     }
 
+    /// A snapshot of the counters (each read separately: not atomic as a whole).
     pub fn stats(&self) -> MockStats {
         let c = &self.counters;
         let get = |a: &AtomicU64| a.load(Ordering::Acquire);
+        let load = self.sched.load();
         MockStats {
             requests: get(&c.requests),
             in_flight: get(&c.in_flight),
@@ -94,6 +106,10 @@ impl MockState {
             completion_tokens: get(&c.completion_tokens),
             faults: FaultCounts::from_slice(c.faults.each_ref().map(get)),
             cache_flushes: get(&c.cache_flushes),
+            prefix_cache_queries: load.queries,
+            prefix_cache_hits: load.hits,
+            running: load.running,
+            waiting: load.waiting,
         }
     }
 
@@ -198,6 +214,8 @@ impl MockState {
         let guard = RequestGuard {
             state: Arc::clone(self),
             done: false,
+            slot: None,
+            tokens: None,
         };
         (guard, ordinal)
     }
@@ -215,9 +233,59 @@ impl MockState {
 pub(crate) struct RequestGuard {
     state: Arc<MockState>,
     done: bool,
+    /// Its place in the scheduler once admitted: waiting, then running.
+    slot: Option<Slot>,
+    /// `vllm:prompt_tokens_total` and `vllm:generation_tokens_total` for its model.
+    tokens: Option<(IntCounter, IntCounter)>,
 }
 
 impl RequestGuard {
+    /// Enters the scheduler's queue with the request's prompts, as the server sees them.
+    pub(crate) fn admit(&mut self, prompts: &[Prompt]) -> Result<(), Overloaded> {
+        self.slot = Some(self.state.sched.admit(prompts)?);
+        self.tokens = Some(self.state.metrics.token_counters(&self.state.model()));
+        self.state.changed.notify_waiters();
+        Ok(())
+    }
+
+    /// Waits for a running permit; returns the delay before the first token (`ttft` plus the
+    /// prefill of the uncached prompt tokens). Without admission: `ttft`.
+    pub(crate) async fn start(&mut self) -> std::time::Duration {
+        let state = &self.state;
+        let Some(slot) = self.slot.as_mut() else {
+            return state.config.ttft;
+        };
+        let Some(started) = state.sched.start(slot).await else {
+            return state.config.ttft;
+        };
+        state
+            .metrics
+            .queried(&state.model(), started.queries, started.hits);
+        state.changed.notify_waiters();
+        started.delay
+    }
+
+    /// The first token is out: the prompt enters the cache and the timings are recorded.
+    pub(crate) fn first_token(&mut self) {
+        let state = &self.state;
+        if let Some(t) = self.slot.as_mut().and_then(|s| state.sched.prefilled(s)) {
+            state.metrics.first_token(&state.model(), &t);
+            if let Some((prompt, _)) = &self.tokens {
+                prompt.inc_by(t.prompt_tokens);
+            }
+        }
+    }
+
+    /// `tokens` more output tokens are held by this running request.
+    pub(crate) fn generated(&mut self, tokens: u64) {
+        if let Some(slot) = self.slot.as_mut() {
+            self.state.sched.hold(slot, tokens);
+        }
+        if let Some((_, generation)) = &self.tokens {
+            generation.inc_by(tokens);
+        }
+    }
+
     pub(crate) fn complete(self, prompt_tokens: u64, completion_tokens: u64) {
         // A whole answer that a fault cuts is counted by how the cut body ends instead.
         if let Some(guard) = super::inject::defer(self, (prompt_tokens, completion_tokens)) {
@@ -242,6 +310,9 @@ impl RequestGuard {
             return;
         }
         self.done = true;
+        if let Some(slot) = self.slot.take() {
+            self.state.sched.release(slot);
+        }
         let c = &self.state.counters;
         outcome(c).fetch_add(1, Ordering::AcqRel);
         c.in_flight.fetch_sub(1, Ordering::AcqRel);

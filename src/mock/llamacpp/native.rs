@@ -14,6 +14,7 @@ use super::timing::Clock;
 use crate::mock::driver::{self, Generation};
 use crate::mock::generate::{generate_all, logprob, top_alternatives, Finish, Params, Seq};
 use crate::mock::prompt::Prompt;
+use crate::mock::sched::QUEUE_FULL;
 use crate::mock::sse::{sse_event, Encoder};
 use crate::mock::state::MockState;
 use crate::mock::vocab::{decode, encode, EOS_ID};
@@ -70,7 +71,7 @@ fn prompts(v: Option<&Value>) -> Option<(Vec<Prompt>, bool)> {
 
 pub(crate) async fn completion(State(state): State<Arc<MockState>>, body: Bytes) -> Response {
     let clock = Clock::new();
-    let (guard, ordinal) = state.begin();
+    let (mut guard, ordinal) = state.begin();
     if state.should_fail(ordinal) {
         guard.fail();
         return super::error(StatusCode::INTERNAL_SERVER_ERROR, "mock: injected failure");
@@ -115,6 +116,10 @@ pub(crate) async fn completion(State(state): State<Arc<MockState>>, body: Bytes)
             ..Params::default()
         });
     }
+    if guard.admit(&prompts).is_err() {
+        guard.fail();
+        return super::error(StatusCode::SERVICE_UNAVAILABLE, QUEUE_FULL);
+    }
     let seqs = generate_all(&prompts, &params, 1, state.config.eos_seed);
     let prompt_tokens = prompts.iter().map(|p| u64::from(p.len())).sum();
     let completion_tokens = seqs.iter().map(|s| s.len() as u64).sum();
@@ -126,7 +131,7 @@ pub(crate) async fn completion(State(state): State<Arc<MockState>>, body: Bytes)
         return_tokens: req.return_tokens.unwrap_or(false),
         clock,
     };
-    let generation = Generation {
+    let mut generation = Generation {
         seqs,
         prompt_tokens,
         completion_tokens,
@@ -135,7 +140,7 @@ pub(crate) async fn completion(State(state): State<Arc<MockState>>, body: Bytes)
     if req.stream.unwrap_or(false) {
         return driver::stream(state, generation, Stream(ctx));
     }
-    driver::pace_whole(&state, &generation.seqs).await;
+    driver::pace_whole(&state, &mut generation.guard, &generation.seqs).await;
     let results: Vec<Value> = generation
         .seqs
         .iter()

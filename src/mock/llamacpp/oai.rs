@@ -19,6 +19,7 @@ use crate::mock::driver::{self, Generation};
 use crate::mock::generate::{generate_all, Finish, Params, Seq};
 use crate::mock::openai::request::{chat_prompt, ChatRequest, Common, CompletionRequest};
 use crate::mock::prompt::Prompt;
+use crate::mock::sched::QUEUE_FULL;
 use crate::mock::sse::{sse_done, sse_event, Encoder};
 use crate::mock::state::MockState;
 
@@ -93,7 +94,7 @@ type Parsed = Result<(Common, Vec<Prompt>, Option<u32>), String>;
 
 async fn answer(state: Arc<MockState>, parsed: Parsed, chat: bool) -> Response {
     let clock = Clock::new();
-    let (guard, ordinal) = state.begin();
+    let (mut guard, ordinal) = state.begin();
     if state.should_fail(ordinal) {
         guard.fail();
         return super::error(StatusCode::INTERNAL_SERVER_ERROR, "mock: injected failure");
@@ -131,6 +132,10 @@ async fn answer(state: Arc<MockState>, parsed: Parsed, chat: bool) -> Response {
         })
         .collect();
     let n = common.n.unwrap_or(1).max(1);
+    if guard.admit(&prompts).is_err() {
+        guard.fail();
+        return super::error(StatusCode::SERVICE_UNAVAILABLE, QUEUE_FULL);
+    }
     let seqs = generate_all(&prompts, &params, n, state.config.eos_seed);
     let stream = common.stream.unwrap_or(false);
     let ctx = Ctx {
@@ -148,7 +153,7 @@ async fn answer(state: Arc<MockState>, parsed: Parsed, chat: bool) -> Response {
         clock,
     };
     let (prompt_tokens, completion_tokens) = ctx.totals(&seqs);
-    let generation = Generation {
+    let mut generation = Generation {
         seqs,
         prompt_tokens,
         completion_tokens,
@@ -157,7 +162,7 @@ async fn answer(state: Arc<MockState>, parsed: Parsed, chat: bool) -> Response {
     if stream {
         return driver::stream(state, generation, Stream(ctx));
     }
-    driver::pace_whole(&state, &generation.seqs).await;
+    driver::pace_whole(&state, &mut generation.guard, &generation.seqs).await;
     let choices: Vec<Value> = generation
         .seqs
         .iter()

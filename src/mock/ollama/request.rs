@@ -15,6 +15,7 @@ use crate::mock::driver::{self, Generation};
 use crate::mock::generate::{generate_all, Params};
 use crate::mock::openai::request::{chat_prompt, ChatMessage, Content};
 use crate::mock::prompt::{ChatTurn, Prompt};
+use crate::mock::sched::QUEUE_FULL;
 use crate::mock::state::MockState;
 
 /// The options that change the mock's output; the rest (sampling, hardware) are accepted.
@@ -103,7 +104,7 @@ pub(crate) async fn chat(State(state): State<Arc<MockState>>, body: Bytes) -> Re
 
 async fn answer(state: Arc<MockState>, parsed: Result<Parsed, String>, chat: bool) -> Response {
     let start = Instant::now();
-    let (guard, ordinal) = state.begin();
+    let (mut guard, ordinal) = state.begin();
     if state.should_fail(ordinal) {
         guard.fail();
         return super::error(StatusCode::INTERNAL_SERVER_ERROR, "mock: injected failure");
@@ -143,6 +144,10 @@ async fn answer(state: Arc<MockState>, parsed: Result<Parsed, String>, chat: boo
             "the input length exceeds the context length",
         );
     }
+    if guard.admit(std::slice::from_ref(&prompt)).is_err() {
+        guard.fail();
+        return super::error(StatusCode::SERVICE_UNAVAILABLE, QUEUE_FULL);
+    }
     let room = max_len - prompt.len();
     let o = parsed.options;
     let max_tokens = match o.num_predict {
@@ -167,7 +172,7 @@ async fn answer(state: Arc<MockState>, parsed: Result<Parsed, String>, chat: boo
     );
     let prompt_tokens = u64::from(prompt.len());
     let completion_tokens = seqs.iter().map(|s| s.len() as u64).sum();
-    let generation = Generation {
+    let mut generation = Generation {
         seqs,
         prompt_tokens,
         completion_tokens,
@@ -181,7 +186,7 @@ async fn answer(state: Arc<MockState>, parsed: Result<Parsed, String>, chat: boo
         );
         return resp;
     }
-    driver::pace_whole(&state, &generation.seqs).await;
+    driver::pace_whole(&state, &mut generation.guard, &generation.seqs).await;
     let body = encode::body(&ctx, &generation.seqs);
     generation.guard.complete(prompt_tokens, completion_tokens);
     ([(CONTENT_TYPE, "application/json")], body).into_response()

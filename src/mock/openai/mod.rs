@@ -22,6 +22,7 @@ use http::header::CONTENT_TYPE;
 use super::driver::{self, Generation};
 use super::error::{ApiError, ErrorShape};
 use super::generate::generate_all;
+use super::sched::QUEUE_FULL;
 use super::state::{MockState, RequestGuard};
 use super::MockKind;
 use job::{chat_job, completion_job, Job};
@@ -71,11 +72,16 @@ enum Endpoint {
 
 async fn answer(
     state: Arc<MockState>,
-    guard: RequestGuard,
+    mut guard: RequestGuard,
     job: Result<Job, ApiError>,
     endpoint: Endpoint,
 ) -> Response {
-    let job = match job {
+    let job = match job.and_then(|job| {
+        guard
+            .admit(&job.ctx.prompts)
+            .map_err(|_| ApiError::unavailable(QUEUE_FULL))?;
+        Ok(job)
+    }) {
         Ok(job) => job,
         Err(err) => {
             guard.fail();
@@ -98,7 +104,8 @@ async fn answer(
             Endpoint::Chat => driver::stream(state, generation, chat::Stream(job.ctx)),
         };
     }
-    driver::pace_whole(&state, &generation.seqs).await;
+    let mut generation = generation;
+    driver::pace_whole(&state, &mut generation.guard, &generation.seqs).await;
     let body = match endpoint {
         Endpoint::Completions => completions::body(&job.ctx, &generation.seqs),
         Endpoint::Chat => chat::body(&job.ctx, &generation.seqs),

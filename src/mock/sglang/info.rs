@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use crate::mock::state::MockState;
 
 /// The SGLang release the mock claims to be.
-const VERSION: &str = "0.5.4";
+pub(crate) const VERSION: &str = "0.5.4";
 
 /// `GET /get_model_info` and `/model_info`; SGLang's own warm-up polls this until it is 200.
 pub(crate) async fn model_info(State(state): State<Arc<MockState>>) -> Json<Value> {

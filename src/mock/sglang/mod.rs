@@ -20,13 +20,14 @@ use tokio::time::Instant;
 use super::driver::{self, Generation};
 use super::error::{stream_error, ApiError, ErrorShape};
 use super::generate::generate_all;
+use super::sched::QUEUE_FULL;
 use super::sse::{sse_done, sse_event};
 use super::state::MockState;
 use request::GenerateRequest;
 
 pub(crate) async fn generate(State(state): State<Arc<MockState>>, body: Bytes) -> Response {
     let start = Instant::now();
-    let (guard, ordinal) = state.begin();
+    let (mut guard, ordinal) = state.begin();
     if state.should_fail(ordinal) {
         guard.fail();
         return ApiError::internal("mock: injected failure (fail_every)")
@@ -51,6 +52,10 @@ pub(crate) async fn generate(State(state): State<Arc<MockState>>, body: Bytes) -
             return err.into_response(ErrorShape::Generate);
         }
     };
+    if guard.admit(&job.prompts).is_err() {
+        guard.fail();
+        return ApiError::unavailable(QUEUE_FULL).into_response(ErrorShape::Generate);
+    }
     let seqs = generate_all(&job.prompts, &job.params, job.n, state.config.eos_seed);
     // Every output object reports its own prompt_tokens, so n samples report the prompt n times.
     let prompt_tokens = seqs
@@ -59,7 +64,7 @@ pub(crate) async fn generate(State(state): State<Arc<MockState>>, body: Bytes) -
         .map(|p| u64::from(p.len()))
         .sum();
     let completion_tokens = seqs.iter().map(|s| s.len() as u64).sum();
-    let generation = Generation {
+    let mut generation = Generation {
         seqs,
         prompt_tokens,
         completion_tokens,
@@ -69,7 +74,7 @@ pub(crate) async fn generate(State(state): State<Arc<MockState>>, body: Bytes) -
     if stream {
         return driver::stream(state, generation, encode::Stream(ctx));
     }
-    driver::pace_whole(&state, &generation.seqs).await;
+    driver::pace_whole(&state, &mut generation.guard, &generation.seqs).await;
     let body = encode::body(&ctx, &generation.seqs);
     generation.guard.complete(prompt_tokens, completion_tokens);
     ([(CONTENT_TYPE, "application/json")], body).into_response()

@@ -22,6 +22,7 @@ use crate::mock::error::{ApiError, ErrorShape};
 use crate::mock::generate::{generate_all, logprob, top_alternatives, Finish, Params, Seq};
 use crate::mock::openai::request::{chat_prompt, ChatMessage};
 use crate::mock::prompt::Prompt;
+use crate::mock::sched::QUEUE_FULL;
 use crate::mock::sse::{sse_data, Encoder};
 use crate::mock::state::MockState;
 use crate::mock::vocab::{decode, EOS_ID};
@@ -112,7 +113,7 @@ pub(crate) async fn chat(State(state): State<Arc<MockState>>, body: Bytes) -> Re
         Ok(req) => req,
         Err(rejection) => return rejection.into_response(),
     };
-    let (guard, ordinal) = state.begin();
+    let (mut guard, ordinal) = state.begin();
     let checked = if state.should_fail(ordinal) {
         Err(ApiError::failed_dependency(
             "mock: injected failure (fail_every)",
@@ -120,6 +121,12 @@ pub(crate) async fn chat(State(state): State<Arc<MockState>>, body: Bytes) -> Re
     } else {
         validate(&req, Limits::new(state.config.max_model_len))
     };
+    let checked = checked.and_then(|(prompt, params)| {
+        guard
+            .admit(std::slice::from_ref(&prompt))
+            .map_err(|_| ApiError::unavailable(QUEUE_FULL))?;
+        Ok((prompt, params))
+    });
     let (prompt, params) = match checked {
         Ok(v) => v,
         Err(err) => {
@@ -142,7 +149,7 @@ pub(crate) async fn chat(State(state): State<Arc<MockState>>, body: Bytes) -> Re
     };
     let prompt_tokens = u64::from(ctx.prompt.len());
     let completion_tokens = seqs.iter().map(|s| s.len() as u64).sum();
-    let generation = Generation {
+    let mut generation = Generation {
         seqs,
         prompt_tokens,
         completion_tokens,
@@ -151,7 +158,7 @@ pub(crate) async fn chat(State(state): State<Arc<MockState>>, body: Bytes) -> Re
     if req.stream {
         return driver::stream(state, generation, Stream(ctx));
     }
-    driver::pace_whole(&state, &generation.seqs).await;
+    driver::pace_whole(&state, &mut generation.guard, &generation.seqs).await;
     let body = match generation.seqs.first() {
         Some(seq) => whole(&ctx, seq),
         None => Vec::new(),

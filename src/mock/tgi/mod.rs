@@ -25,6 +25,7 @@ use serde_json::{json, Value};
 use super::driver::{self, Generation};
 use super::error::{ApiError, ErrorShape};
 use super::generate::generate_all;
+use super::sched::QUEUE_FULL;
 use super::sse::sse_data;
 use super::state::MockState;
 use request::{GenerateRequest, Limits};
@@ -49,7 +50,7 @@ async fn generate_as(state: Arc<MockState>, body: Bytes, stream: bool) -> Respon
         Ok(req) => req,
         Err(rejection) => return rejection.into_response(),
     };
-    let (guard, ordinal) = state.begin();
+    let (mut guard, ordinal) = state.begin();
     let job = if state.should_fail(ordinal) {
         Err(ApiError::failed_dependency(
             "mock: injected failure (fail_every)",
@@ -57,13 +58,20 @@ async fn generate_as(state: Arc<MockState>, body: Bytes, stream: bool) -> Respon
     } else {
         request::validate(req, stream, Limits::new(state.config.max_model_len))
     };
+    let job = job.and_then(|job| {
+        guard
+            .admit(std::slice::from_ref(&job.prompt))
+            .map_err(|_| ApiError::unavailable(QUEUE_FULL))?;
+        Ok(job)
+    });
     let job = match job {
         Ok(job) => job,
         Err(err) => {
             guard.fail();
             return match stream {
-                true => in_band_error(&err),
-                false => err.into_response(ErrorShape::Tgi),
+                // A full queue is refused before the stream starts, as TGI's overload is.
+                true if err.status != StatusCode::SERVICE_UNAVAILABLE => in_band_error(&err),
+                _ => err.into_response(ErrorShape::Tgi),
             };
         }
     };
@@ -85,7 +93,7 @@ async fn generate_as(state: Arc<MockState>, body: Bytes, stream: bool) -> Respon
         };
         return driver::stream(state, generation, encode::Stream(job));
     }
-    driver::pace_whole(&state, &seqs).await;
+    driver::pace_whole(&state, &mut guard, &seqs).await;
     let Some(seq) = seqs.pop() else {
         guard.fail();
         return ApiError::internal("no sequence").into_response(ErrorShape::Tgi);

@@ -304,10 +304,23 @@ async fn scraped_server_metrics_match_the_client_through_lingo() {
         "{table}"
     );
 
-    // A server without /metrics: no server figures, no failure.
+    // The mock itself exports vLLM's names: its own view of the same level, exact.
     let mut direct = cfg.clone();
     direct.url = mock.url();
     direct.concurrency = vec![1];
+    let level = &run(&direct).await.unwrap()[0];
+    let server = level.server.as_ref().expect("the mock serves /metrics");
+    assert_eq!(server.prefix, "vllm:");
+    assert_eq!(server.generation_tokens, level.total_tokens() as f64);
+    assert_eq!(server.ttft_count, 8.0);
+
+    // A server whose /metrics fails: no server figures, no failure.
+    let r = common::post_json(
+        &format!("{}/mock/load", mock.url()),
+        &serde_json::json!({"metrics_status": 404}),
+    )
+    .await;
+    assert_eq!(r.status(), 200);
     assert!(run(&direct).await.unwrap()[0].server.is_none());
 }
 

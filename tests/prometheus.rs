@@ -574,3 +574,94 @@ async fn dashboard_queries_answer_from_a_real_prometheus() {
     assert!(ejected >= 1.0, "{ejected}");
     prometheus.stop().await;
 }
+
+// ---- vLLM's own dashboard -----------------------------------------------------------------
+
+/// (panel, query) from the fixture copied out of vLLM's dashboard.
+fn vllm_dashboard_queries() -> Vec<(String, String)> {
+    let text = include_str!("fixtures/vllm-dashboard-queries.txt");
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|l| {
+            let (panel, expr) = l.split_once(" | ").unwrap();
+            (panel.to_string(), expr.to_string())
+        })
+        .collect()
+}
+
+/// vLLM's own Grafana dashboard, every query, answered through lingo alone: lingo in front
+/// of two mocks that export vLLM's engine gauges and histograms (a queue, a prefix cache).
+#[tokio::test]
+async fn vllm_dashboard_queries_answer_through_lingo_alone() {
+    let Some(binary) = prometheus_binary() else {
+        return;
+    };
+    let mock_config = MockConfig {
+        kind: MockKind::Vllm,
+        ttft: Duration::from_millis(5),
+        itl: Duration::from_millis(1),
+        cache_tokens: 4096,
+        prefill_per_token: Duration::from_micros(20),
+        max_running: Some(2),
+        ..MockConfig::default()
+    };
+    let a = mock_with(mock_config.clone()).await;
+    let b = mock_with(mock_config).await;
+    let mut config = config_for(&a.url(), KindSetting::Vllm);
+    config.pools.insert(
+        "vllm".into(),
+        PoolConfig {
+            policy: Policy::LeastOutstanding,
+            endpoints: [&a, &b]
+                .map(|m| EndpointConfig::new(&m.url(), KindSetting::Vllm))
+                .to_vec(),
+            ..PoolConfig::default()
+        },
+    );
+    config.metrics.compat = Some(lingo::config::MetricsCompat::Vllm);
+    config.load.interval = Duration::from_millis(100);
+    config.validate().unwrap();
+    // Through `serve`, as `lingo serve` runs: its warm-up reads the model lists and starts
+    // the probes and load polls before the first request.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let target: SocketAddr = listener.local_addr().unwrap();
+    tokio::spawn(lingo::proxy::serve(
+        listener,
+        config,
+        std::future::pending(),
+    ));
+    let base = format!("http://{target}");
+    let prometheus = Prometheus::start(binary, target).await;
+    prometheus.wait_for_scrapes(unix_now(), 1).await;
+
+    // The model picker's values exist before any request.
+    let picker = prometheus
+        .api(
+            "label/model_name/values",
+            &[("match[]", "{__name__=~\"vllm:.+\"}")],
+        )
+        .await;
+    assert_eq!(picker, json!(["mock-model"]), "{picker}");
+
+    for _ in 0..2 {
+        bench_traffic(&base).await;
+        prometheus.wait_for_scrapes(unix_now(), 2).await;
+    }
+    let mut failures = Vec::new();
+    for (panel, expr) in vllm_dashboard_queries() {
+        let q = expr
+            .replace("$model_name", "mock-model")
+            .replace("$__rate_interval", "1m");
+        let result = prometheus.query(&q).await;
+        if result.is_empty() {
+            failures.push(format!("{panel}: no data from {q}"));
+        }
+        for s in &result {
+            if !sample_value(s).is_some_and(f64::is_finite) {
+                failures.push(format!("{panel}: {s} from {q}"));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    prometheus.stop().await;
+}

@@ -286,10 +286,18 @@ async fn check(s: &Spec, mock: &Mock, base: &str) -> Result<(), TestCaseError> {
         "{generated} of {}",
         s.max
     );
-    if s.dialect != "vllm-legacy" || s.stop.is_empty() {
-        // vLLM's legacy answers carry no count: the reader counts words, which a trimmed
-        // stop string leaves out.
+    if s.dialect != "vllm-legacy" {
         prop_assert_eq!(seen.tokens, generated, "client-reported count: {}", text);
+    } else if s.stop.is_empty() {
+        // vLLM's legacy answers carry no count: the reader counts words, which a trimmed
+        // stop string leaves out, and an end-of-sequence token (counted, never shown) is
+        // one more than the words.
+        prop_assert!(
+            seen.tokens == generated || seen.tokens + 1 == generated,
+            "client-reported count {} of {generated}: {}",
+            seen.tokens,
+            text
+        );
     }
     let metrics = sum(&scrape(base).await, "lingo_generation_tokens_total", &[]);
     prop_assert_eq!(

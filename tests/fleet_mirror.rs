@@ -268,3 +268,21 @@ async fn a_failed_shadow_request_is_not_retried() {
     let client_ok = [("upstream", "p"), ("outcome", "ok")];
     assert_eq!(sum(&text, "lingo_requests_total", &client_ok), 10.0);
 }
+
+#[tokio::test]
+async fn shadow_traffic_is_dropped_first_when_lingo_is_nearly_full() {
+    let main = mock(MockKind::Vllm).await;
+    let shadow = mock(MockKind::Vllm).await;
+    let m = mirror(&[shadow.url()], KindSetting::Vllm, 1.0, 16);
+    let mut c = config(&main, KindSetting::Vllm, Some(m));
+    // One slot: a client request in flight fills it, which is over 80%.
+    c.limits.max_in_flight = Some(1);
+    let base = lingo(c).await;
+    for _ in 0..3 {
+        post_bytes(&format!("{base}/v1/chat/completions"), &chat(false)).await;
+    }
+    let text = scrape(&base).await;
+    assert_eq!(mirrored(&text, "dropped_load"), 3.0, "{text}");
+    assert_eq!(mirrored(&text, "sent"), 0.0);
+    assert_eq!(shadow.state.stats().requests, 0);
+}

@@ -10,7 +10,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use lingo::config::{Config, EndpointConfig, MirrorConfig, PoolConfig};
+use lingo::config::{Config, EndpointConfig, HealthConfig, MirrorConfig, PoolConfig};
 use lingo::mock::{FaultMode, MockConfig, MockKind};
 use lingo::upstream::KindSetting;
 use serde_json::{json, Value};
@@ -200,7 +200,15 @@ async fn a_refusing_shadow_never_reaches_the_client() {
         format!("http://{}", l.local_addr().unwrap())
     };
     let m = mirror(&[refused], KindSetting::Vllm, 1.0, 16);
-    let base = lingo(config(&main, KindSetting::Vllm, Some(m))).await;
+    let mut c = config(&main, KindSetting::Vllm, Some(m));
+    // Probed out quickly, so later shadows find no endpoint at all: still the mirror's
+    // failures, never counted under the pool.
+    c.pools.get_mut("p").unwrap().health = Some(HealthConfig {
+        interval: Duration::from_millis(20),
+        unhealthy_after: 1,
+        ..HealthConfig::default()
+    });
+    let base = lingo(c).await;
     let direct = lingo(config(&main, KindSetting::Vllm, None)).await;
     let url = format!("{base}/v1/chat/completions");
     for stream in [false, true].repeat(5) {
@@ -219,12 +227,13 @@ async fn a_refusing_shadow_never_reaches_the_client() {
         10.0,
         "{text}"
     );
-    let attempts = sum(
-        &text,
-        "lingo_endpoint_requests_total",
-        &[("pool", "p.mirror")],
+    let client = sum(&text, "lingo_requests_total", &[("upstream", "p")]);
+    assert_eq!(client, 10.0, "{text}");
+    let status = get_json(&format!("{base}/fleet")).await;
+    assert_eq!(
+        status["pools"][0]["mirror"]["endpoints"][0]["state"],
+        "ejected"
     );
-    assert_eq!(attempts, 10.0, "{text}");
     // A lingo without a mirror exports no mirror series at all.
     assert!(!scrape(&direct)
         .await

@@ -149,10 +149,13 @@ impl Fleet {
     /// A router built in-process (`proxy::app`) starts a fleet's probes at its first use. A
     /// single upstream's stays probe-free there, as it always was: it has nowhere to fail
     /// over to, and tests of one upstream count its every connection.
+    /// A mirror's endpoints are probed all the same: nothing else tells a shadow is down.
     pub async fn first_use(&self) {
-        let mirrored = self.pools.iter().any(|p| p.mirror.is_some());
-        if !self.is_single() || mirrored {
-            self.start_probes().await;
+        if !self.is_single() {
+            return self.start_probes().await;
+        }
+        if let Some(m) = &self.default_pool().mirror {
+            m.pool.start_probes().await;
         }
     }
 

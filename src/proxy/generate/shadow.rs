@@ -40,6 +40,7 @@ pub(super) fn start(
         let _slot = slot;
         let mut at = respond::Arrival::new(&st, dialect, &headers);
         at.stream = stream;
+        at.label_upstream(&mirror.group);
         let glance = Lazy::new(&body);
         let pool = &mirror.pool;
         st.fleet.first_use().await;

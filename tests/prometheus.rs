@@ -22,7 +22,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::*;
 use lingo::bench::{BenchConfig, LevelReport};
-use lingo::config::{EndpointConfig, Policy, PoolConfig};
+use lingo::config::{EndpointConfig, MirrorConfig, Policy, PoolConfig};
 use lingo::dialect::Dialect;
 use lingo::mock::{FaultMode, MockConfig, MockKind};
 use lingo::upstream::KindSetting;
@@ -473,6 +473,15 @@ async fn dashboard_queries_answer_from_a_real_prometheus() {
         PoolConfig {
             policy: Policy::RoundRobin,
             endpoints,
+            // Configured but chosen for none of this test's requests: its series exist from
+            // the start (so the mirror panel answers) and no shadow request adds to the
+            // counts checked below.
+            mirror: Some(MirrorConfig {
+                fraction: 1e-9,
+                group: "shadow".into(),
+                endpoints: vec![EndpointConfig::new(&mock.url(), KindSetting::Vllm)],
+                max_in_flight: 1,
+            }),
             ..PoolConfig::default()
         },
     );

@@ -464,3 +464,26 @@ async fn view_endpoints_prints_the_endpoints_frame() {
     );
     assert!(!frame.contains("\nmodel "), "{frame}");
 }
+
+#[tokio::test]
+async fn groups_prints_one_row_per_upstream_group() {
+    let (url, _) = scripted_metrics().await;
+    let out = lingo_top()
+        .args(["--once", "--interval", "10ms", "--url", &url, "--groups"])
+        .output()
+        .await
+        .unwrap();
+    let frame = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(frame.contains("\ngroup "), "{frame}");
+    assert!(
+        !frame.contains("\nmodel ") && !frame.contains("\npool "),
+        "{frame}"
+    );
+    // The scripted lingo's one group, with the models view's columns.
+    assert_eq!(row(&frame, "group", "default").len(), 12, "{frame}");
+}

@@ -1,6 +1,6 @@
 //! `lingo top`: a live view of a running lingo proxy from its `/metrics`. On a terminal it
-//! redraws in the alternate screen until `q` or Ctrl-C (`e` switches between the models and
-//! the endpoints view); otherwise, or with `--once`, it prints
+//! redraws in the alternate screen until `q` or Ctrl-C (`e` goes through the models,
+//! endpoints and groups views, `g` to and from groups); otherwise, or with `--once`, it prints
 //! plain frames. Everything shown comes from `lingo::top::render`; this file only scrapes,
 //! waits and draws.
 
@@ -29,9 +29,23 @@ pub struct TopArgs {
     /// Print one frame (two scrapes one interval apart) as plain text and exit.
     #[arg(long, env = "LINGO_TOP_ONCE")]
     pub once: bool,
-    /// What to show: traffic by model and dialect, or by endpoint of each pool.
+    /// What to show: traffic by model and dialect, by endpoint of each pool, or by upstream
+    /// group.
     #[arg(long, env = "LINGO_TOP_VIEW", value_enum, default_value_t = View::Models)]
     pub view: View,
+    /// Start on the groups view (`--view groups`): each deployment, a mirror's included, side
+    /// by side.
+    #[arg(long, conflicts_with = "view")]
+    pub groups: bool,
+}
+
+impl TopArgs {
+    fn first_view(&self) -> View {
+        match self.groups {
+            true => View::Groups,
+            false => self.view,
+        }
+    }
 }
 
 fn parse_interval(s: &str) -> Result<Duration, String> {
@@ -76,7 +90,10 @@ async fn once(
     tokio::time::sleep(args.interval).await;
     let cur = scrape(client).await?;
     let width = if terminal { screen_size().0 } else { u16::MAX };
-    print!("{}", args.view.render(&prev, &cur, at.elapsed(), width));
+    print!(
+        "{}",
+        args.first_view().render(&prev, &cur, at.elapsed(), width)
+    );
     Ok(())
 }
 
@@ -99,7 +116,9 @@ async fn plain(
         match scrape(client).await {
             Ok(cur) => {
                 let sep = if first { "" } else { "\n" };
-                let frame = args.view.render(&prev, &cur, at.elapsed(), u16::MAX);
+                let frame = args
+                    .first_view()
+                    .render(&prev, &cur, at.elapsed(), u16::MAX);
                 print!("{sep}{frame}");
                 (prev, at, first) = (cur, Instant::now(), false);
             }
@@ -122,7 +141,7 @@ async fn live(
     args: &TopArgs,
 ) -> anyhow::Result<()> {
     let title = format!(
-        "lingo top   {}   every {}   e switches view   q quits",
+        "lingo top   {}   every {}   e next view   g groups   q quits",
         args.url,
         humantime::format_duration(args.interval)
     );
@@ -131,7 +150,7 @@ async fn live(
     let mut tick = ticker(args.interval);
     let mut shown: Option<(Snapshot, Snapshot, Duration)> = None;
     let mut error: Option<String> = None;
-    let mut view = args.view;
+    let mut view = args.first_view();
     loop {
         let (width, height) = screen_size();
         let body = match &shown {
@@ -160,6 +179,10 @@ async fn live(
             event = events.next() => match event {
                 Some(Ok(Event::Key(key))) if quits(key) => return Ok(()),
                 Some(Ok(Event::Key(key))) if switches(key) => view = view.toggled(),
+                Some(Ok(Event::Key(key))) if pressed(key, 'g') => view = match view {
+                    View::Groups => View::Models,
+                    _ => View::Groups,
+                },
                 Some(Ok(_)) => {}
                 Some(Err(e)) => return Err(e).context("reading the terminal"),
                 None => return Ok(()),
@@ -186,7 +209,11 @@ fn quits(key: KeyEvent) -> bool {
 }
 
 fn switches(key: KeyEvent) -> bool {
-    key.kind == KeyEventKind::Press && key.code == KeyCode::Char('e')
+    pressed(key, 'e')
+}
+
+fn pressed(key: KeyEvent, c: char) -> bool {
+    key.kind == KeyEventKind::Press && key.code == KeyCode::Char(c)
 }
 
 /// Raw mode (keys arrive unbuffered, Ctrl-C as a key) in the alternate screen with the cursor

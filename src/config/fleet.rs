@@ -69,6 +69,72 @@ pub struct PoolConfig {
     /// This pool's health checks. Default: the top-level `[health]`.
     pub health: Option<HealthConfig>,
     pub endpoints: Vec<EndpointConfig>,
+    /// A shadow deployment that also gets a fraction of this pool's requests (see
+    /// `fleet::mirror`). Default: none.
+    pub mirror: Option<MirrorConfig>,
+}
+
+/// `[pools.NAME.mirror]`: a fraction of the pool's generation requests is also sent to these
+/// endpoints; their answers are read and discarded, their metrics kept under `group`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MirrorConfig {
+    /// The share of the pool's requests mirrored, 0 < fraction <= 1 (0.05: one in twenty).
+    pub fraction: f64,
+    /// The shadow deployment's metrics name: the `upstream` label of its requests' metrics.
+    pub group: String,
+    /// As a pool's (`url`, `kind`, `weight`, `api_key_env`; no `dns://`, no `group`).
+    pub endpoints: Vec<EndpointConfig>,
+    /// Shadow requests in flight at once; beyond it a request is not mirrored. Default 16.
+    #[serde(default = "sixteen")]
+    pub max_in_flight: usize,
+}
+
+fn sixteen() -> usize {
+    16
+}
+
+impl MirrorConfig {
+    pub(super) fn validate(&self, key: &str) -> Result<(), ConfigError> {
+        if !(self.fraction > 0.0 && self.fraction <= 1.0) {
+            return Err(invalid_at(
+                &format!("{key}.fraction"),
+                "must be greater than 0 and at most 1 (0.05: one request in twenty)",
+            ));
+        }
+        if self.group.is_empty() {
+            return Err(invalid_at(&format!("{key}.group"), "must not be empty"));
+        }
+        if self.max_in_flight == 0 {
+            return Err(invalid_at(
+                &format!("{key}.max_in_flight"),
+                "must be at least 1",
+            ));
+        }
+        if self.endpoints.is_empty() {
+            return Err(invalid_at(
+                &format!("{key}.endpoints"),
+                "a mirror needs an endpoint",
+            ));
+        }
+        for (i, ep) in self.endpoints.iter().enumerate() {
+            let at = format!("{key}.endpoints[{i}]");
+            validate_endpoint(&at, ep)?;
+            if ep.url.starts_with("dns://") {
+                return Err(invalid_at(
+                    &format!("{at}.url"),
+                    "dns:// is not supported for mirrors (list the addresses)",
+                ));
+            }
+            if ep.group.is_some() {
+                return Err(invalid_at(
+                    &format!("{at}.group"),
+                    "a mirror's endpoints take the mirror's group",
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// `[health]` (or `[pools.NAME.health]`): active probes and passive ejection.
@@ -185,6 +251,7 @@ impl Default for PoolConfig {
             retries: 2,
             health: None,
             endpoints: Vec::new(),
+            mirror: None,
         }
     }
 }
@@ -339,6 +406,9 @@ impl Config {
             for (i, ep) in pool.endpoints.iter().enumerate() {
                 validate_endpoint(&format!("{key}.endpoints[{i}]"), ep)?;
             }
+            if let Some(m) = &pool.mirror {
+                m.validate(&format!("{key}.mirror"))?;
+            }
         }
         Ok(())
     }
@@ -466,6 +536,39 @@ mod tests {
         assert!(e.contains("pools.a.health.unhealthy_after"), "{e}");
         let e = err("[health]\nbackoff = \"10s\"\nmax_backoff = \"1s\"");
         assert!(e.contains("health.max_backoff"), "{e}");
+    }
+
+    #[test]
+    fn a_mirror_parses_with_defaults_and_validate_names_its_keys() {
+        let cfg: Config = toml::from_str(
+            "[pools.q]\nendpoints = [{url = \"http://a:1\"}]\n[pools.q.mirror]\n\
+             fraction = 0.05\ngroup = \"dflash\"\nendpoints = [{url = \"http://b:1\"}]",
+        )
+        .unwrap();
+        cfg.validate().unwrap();
+        let m = cfg.pools["q"].mirror.as_ref().unwrap();
+        assert_eq!(
+            (m.fraction, m.group.as_str(), m.max_in_flight),
+            (0.05, "dflash", 16)
+        );
+        let base = "[pools.q]\nendpoints = [{url = \"http://a:1\"}]\n[pools.q.mirror]\n";
+        for (body, key) in [
+            ("fraction = 0\ngroup = \"g\"\nendpoints = [{url = \"http://b:1\"}]", "pools.q.mirror.fraction"),
+            ("fraction = 1.5\ngroup = \"g\"\nendpoints = [{url = \"http://b:1\"}]", "pools.q.mirror.fraction"),
+            ("fraction = 0.5\ngroup = \"\"\nendpoints = [{url = \"http://b:1\"}]", "pools.q.mirror.group"),
+            ("fraction = 0.5\ngroup = \"g\"\nendpoints = []", "pools.q.mirror.endpoints"),
+            ("fraction = 0.5\ngroup = \"g\"\nmax_in_flight = 0\nendpoints = [{url = \"http://b:1\"}]", "pools.q.mirror.max_in_flight"),
+            ("fraction = 0.5\ngroup = \"g\"\nendpoints = [{url = \"dns://svc.local:80\"}]", "pools.q.mirror.endpoints[0].url"),
+            ("fraction = 0.5\ngroup = \"g\"\nendpoints = [{url = \"ftp://b\"}]", "pools.q.mirror.endpoints[0].url"),
+            ("fraction = 0.5\ngroup = \"g\"\nendpoints = [{url = \"http://b:1\", group = \"h\"}]", "pools.q.mirror.endpoints[0].group"),
+        ] {
+            let e = err(&format!("{base}{body}"));
+            assert!(e.contains(key), "{key}: {e}");
+        }
+        // `group` and `fraction` have no default.
+        assert!(
+            toml::from_str::<Config>(&format!("{base}fraction = 0.5\nendpoints = []")).is_err()
+        );
     }
 
     #[test]

@@ -13,7 +13,9 @@ use crate::upstream::KindSetting;
 
 mod fleet;
 
-pub use fleet::{check_url, EndpointConfig, HealthConfig, LoadConfig, Policy, PoolConfig};
+pub use fleet::{
+    check_url, EndpointConfig, HealthConfig, LoadConfig, MirrorConfig, Policy, PoolConfig,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {

@@ -7,6 +7,7 @@ mod endpoint;
 mod failover;
 mod health;
 pub mod load;
+pub mod mirror;
 mod policy;
 mod pool;
 pub mod prefix;
@@ -138,17 +139,24 @@ impl Fleet {
         self.model_cards()
     }
 
-    /// Start every pool's probes (once; see `Pool::start_probes`): `serve`'s warm-up.
+    /// Start every pool's probes, and its mirror's (once; see `Pool::start_probes`):
+    /// `serve`'s warm-up.
     pub async fn start_probes(&self) {
-        futures_util::future::join_all(self.pools.iter().map(|p| p.start_probes())).await;
+        let mirrors = self.pools.iter().filter_map(|p| p.mirror.as_ref());
+        let all: Vec<&Arc<Pool>> = self.pools.iter().chain(mirrors.map(|m| &m.pool)).collect();
+        futures_util::future::join_all(all.into_iter().map(|p| p.start_probes())).await;
     }
 
     /// A router built in-process (`proxy::app`) starts a fleet's probes at its first use. A
     /// single upstream's stays probe-free there, as it always was: it has nowhere to fail
     /// over to, and tests of one upstream count its every connection.
+    /// A mirror's endpoints are probed all the same: nothing else tells a shadow is down.
     pub async fn first_use(&self) {
         if !self.is_single() {
-            self.start_probes().await;
+            return self.start_probes().await;
+        }
+        if let Some(m) = &self.default_pool().mirror {
+            m.pool.start_probes().await;
         }
     }
 

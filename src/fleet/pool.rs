@@ -27,6 +27,8 @@ pub struct Pool {
     /// Extra attempts a request may make on other endpoints (`retries`).
     pub retries: u32,
     pub budget: Budget,
+    /// The shadow deployment that also gets a fraction of this pool's requests.
+    pub mirror: Option<Arc<super::mirror::Mirror>>,
     /// Healthy endpoints in the set (each endpoint keeps it as its state changes).
     healthy: Arc<AtomicUsize>,
     /// Set once the first round of probes has run and the probe task is spawned.
@@ -60,7 +62,17 @@ pub enum NoPick {
 impl Pool {
     /// Pool `name` of `config` (`cfg` is `config.pool_configs()[name]`).
     pub fn new(name: &str, cfg: &PoolConfig, config: &Config, metrics: Arc<Metrics>) -> Pool {
+        let mirror = cfg.mirror.as_ref().map(|m| {
+            Arc::new(super::mirror::Mirror::new(
+                name,
+                m,
+                cfg,
+                config,
+                metrics.clone(),
+            ))
+        });
         let pool = Pool {
+            mirror,
             health: Arc::new(config.health_for(cfg)),
             retries: cfg.retries,
             budget: Budget::default(),

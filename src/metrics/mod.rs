@@ -70,6 +70,7 @@ pub struct Metrics {
     endpoint_kv: GaugeVec,
     endpoint_ejections: IntCounterVec,
     endpoint_retries: IntCounterVec,
+    mirror_requests: IntCounterVec,
     vllm: Option<vllm::VllmCompat>,
     log: Option<RequestLog>,
     /// Record nothing (`--no-metrics`, to measure what metrics cost).
@@ -196,6 +197,12 @@ impl Metrics {
                 ENDPOINT_RETRIES.1,
                 &["pool", "reason"],
             ),
+            mirror_requests: counter(
+                &r,
+                MIRROR_REQUESTS.0,
+                MIRROR_REQUESTS.1,
+                &["pool", "group", "outcome"],
+            ),
             vllm: None,
             log: None,
             off: false,
@@ -268,6 +275,20 @@ impl Metrics {
             in_flight: self.endpoint_in_flight.with_label_values(&[pool, endpoint]),
             outcomes,
         })
+    }
+
+    /// A pool's mirror counters, one per outcome (`fleet::mirror::OUTCOMES`, in that order),
+    /// made now so the series exist (at 0) from the moment a mirror is configured.
+    pub fn mirror_series(
+        &self,
+        pool: &str,
+        group: &str,
+        outcomes: [&str; 3],
+    ) -> Option<[prometheus::IntCounter; 3]> {
+        if self.off {
+            return None;
+        }
+        Some(outcomes.map(|o| self.mirror_requests.with_label_values(&[pool, group, o])))
     }
 
     /// `healthy` is `Some(true)` when an endpoint becomes healthy, `Some(false)` when it stops

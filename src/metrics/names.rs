@@ -132,6 +132,11 @@ pub const ENDPOINT_RETRIES: (&str, &str) = (
     "lingo_endpoint_retries_total",
     "Requests sent to another endpoint of their pool after one failed before its first byte, by reason.",
 );
+/// Exported only for pools with a mirror (its series are made when the mirror is built).
+pub const MIRROR_REQUESTS: (&str, &str) = (
+    "lingo_mirror_requests_total",
+    "Requests chosen for a pool's mirror, by pool, group and outcome (sent, dropped_cap, dropped_load).",
+);
 
 #[cfg(test)]
 mod tests {

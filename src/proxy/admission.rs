@@ -30,6 +30,8 @@ const RETRY_AFTER: u64 = 1;
 #[derive(Clone)]
 pub struct Admission {
     slots: Option<Arc<Semaphore>>,
+    /// `limits.max_in_flight` (the semaphore's size).
+    size: usize,
     status: u16,
     metrics: Arc<Metrics>,
 }
@@ -40,9 +42,25 @@ impl Admission {
             slots: limits
                 .max_in_flight
                 .map(|n| Arc::new(Semaphore::new(n.min(Semaphore::MAX_PERMITS)))),
+            size: limits
+                .max_in_flight
+                .unwrap_or(0)
+                .min(Semaphore::MAX_PERMITS),
             status: limits.overload_status.status().as_u16(),
             metrics,
         }
+    }
+}
+
+impl Admission {
+    /// Whether more than 80% of the in-flight slots are taken (never, without a limit):
+    /// shadow traffic is not sent then, so a mirror never pushes clients into refusals.
+    pub fn nearly_full(&self) -> bool {
+        let Some(slots) = &self.slots else {
+            return false;
+        };
+        let taken = self.size.saturating_sub(slots.available_permits());
+        taken.saturating_mul(5) > self.size.saturating_mul(4)
     }
 }
 

@@ -9,6 +9,7 @@ use http::StatusCode;
 use serde_json::{json, Value};
 
 use super::AppState;
+use crate::fleet::mirror::Mirror;
 use crate::fleet::{Endpoint, Health};
 
 pub async fn fleet(State(st): State<Arc<AppState>>) -> Response {
@@ -27,10 +28,23 @@ pub async fn fleet(State(st): State<Arc<AppState>>) -> Response {
                 "default": Arc::ptr_eq(p, st.fleet.default_pool()),
                 "retries": p.retries,
                 "endpoints": endpoints,
+                "mirror": p.mirror.as_deref().map(mirror),
             })
         })
         .collect();
     axum::Json(json!({ "pools": pools })).into_response()
+}
+
+/// A pool's shadow deployment: what it gets, what it has open, and its endpoints.
+fn mirror(m: &Mirror) -> Value {
+    let endpoints: Vec<Value> = m.pool.endpoints().iter().map(|e| endpoint(e)).collect();
+    json!({
+        "group": m.group,
+        "fraction": m.fraction,
+        "max_in_flight": m.max_in_flight,
+        "in_flight": m.in_flight(),
+        "endpoints": endpoints,
+    })
 }
 
 fn endpoint(e: &Endpoint) -> Value {

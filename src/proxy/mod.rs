@@ -45,7 +45,7 @@ pub fn app_with_metrics(config: Config, metrics: Arc<Metrics>) -> Router {
 pub fn router(state: Arc<AppState>) -> Router {
     let body_timeout = state.config.timeouts.client_body;
     let gate = auth::gate::Gate::new(&state.config.auth, state.metrics.clone());
-    let slots = admission::Admission::new(&state.config.limits, state.metrics.clone());
+    let slots = state.admission.clone();
     let body_limit = state.config.limits.max_request_body;
     let gen = |d: Dialect| move |s, h, b| generate::handle(s, d, h, b);
     let gen_stream = |d: Dialect| move |s, h, b| generate::handle_stream(s, d, h, b);

@@ -65,6 +65,17 @@ impl Arrival {
 }
 
 impl Arrival {
+    /// Count the request under `group` from now on, before any endpoint holds it: a mirrored
+    /// request that finds no shadow endpoint is the mirror's failure, not the pool's.
+    pub fn label_upstream(&self, group: &str) {
+        let mut slot = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(rec) = slot.as_mut() {
+            let mut labels = rec.labels.clone();
+            labels.upstream = group.to_string();
+            rec.relabel(labels);
+        }
+    }
+
     /// Give the record back after a failed attempt, so the next attempt takes it again.
     pub fn restore(&self, rec: OpenRecord) {
         *self.open.lock().unwrap_or_else(|e| e.into_inner()) = Some(rec);

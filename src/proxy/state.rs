@@ -16,6 +16,8 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     /// Shutdown phase, read by `/ready`, the accept loop and open streams.
     pub drain: super::drain::Drain,
+    /// `limits.max_in_flight`'s slots (the generation routes' layer holds a clone).
+    pub admission: super::admission::Admission,
     default_pool: String,
 }
 
@@ -28,7 +30,9 @@ impl AppState {
         };
         let models = Models::new(config.models.clone(), configured);
         let default_pool = fleet.default_pool().name.to_string();
+        let admission = super::admission::Admission::new(&config.limits, metrics.clone());
         AppState {
+            admission,
             config,
             fleet,
             models,

@@ -3,7 +3,7 @@
 //! `parse` reads the text exposition, `snapshot` keys one scrape by series, `window` adds up
 //! what grew between two scrapes for all traffic, a model, a dialect or an upstream group,
 //! `endpoints` does the same per endpoint of a fleet, `quantile` estimates latency
-//! percentiles from bucket increases, and `render` lays out one frame of either view. All of that is
+//! percentiles from bucket increases, and `render` lays out one frame of any view. All of that is
 //! pure; `scrape` is the only I/O here, and the screen loop lives in the CLI.
 
 mod endpoints;
@@ -18,7 +18,7 @@ pub use endpoints::{endpoints, EndpointRow};
 pub use endpoints_view::render_endpoints;
 pub use parse::{parse, ParseError, Sample};
 pub use quantile::quantile;
-pub use render::{render, View};
+pub use render::{render, render_groups, View};
 pub use snapshot::{Series, Snapshot};
 pub use window::{Group, Window};
 

@@ -87,12 +87,14 @@ const COLUMNS: &[Column] = &[
     },
 ];
 
-/// Which frame `lingo top` shows: traffic by model and dialect, or by endpoint of a fleet.
+/// Which frame `lingo top` shows: traffic by model and dialect, by endpoint of a fleet, or
+/// by upstream group (two deployments side by side, a pool's mirror included).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum View {
     #[default]
     Models,
     Endpoints,
+    Groups,
 }
 
 impl View {
@@ -100,14 +102,16 @@ impl View {
         match self {
             View::Models => render(prev, cur, elapsed, width),
             View::Endpoints => render_endpoints(prev, cur, elapsed, width),
+            View::Groups => render_groups(prev, cur, elapsed, width),
         }
     }
 
-    /// The other view (the terminal's `e` key).
+    /// The next view (the terminal's `e` key): models, endpoints, groups, and round again.
     pub fn toggled(self) -> View {
         match self {
             View::Models => View::Endpoints,
-            View::Endpoints => View::Models,
+            View::Endpoints => View::Groups,
+            View::Groups => View::Models,
         }
     }
 }
@@ -120,28 +124,52 @@ const NAME_MAX: usize = 24;
 /// dialect. Rates are the increase over `elapsed`; `reqs`, `in tok` and `out tok` are the
 /// increases themselves. Every line fits in `width` characters.
 pub fn render(prev: &Snapshot, cur: &Snapshot, elapsed: Duration, width: u16) -> String {
-    let secs = elapsed.as_secs_f64();
-    let rows = |label: &str, group: fn(&str) -> Group<'_>| -> Vec<(String, Window)> {
-        label_values(cur, label)
-            .into_iter()
-            .map(|v| {
-                let w = Window::between(prev, cur, group(&v));
-                (v, w)
-            })
-            .collect()
-    };
     let tables = [
         (
             "total",
             vec![("all".to_string(), Window::between(prev, cur, Group::All))],
         ),
-        ("model", rows("model", |m| Group::Model(m))),
-        ("dialect", rows("dialect", |d| Group::Dialect(d))),
+        ("model", rows(prev, cur, "model", |m| Group::Model(m))),
+        ("dialect", rows(prev, cur, "dialect", |d| Group::Dialect(d))),
     ];
+    frame(cur, elapsed, width, &tables)
+}
 
-    let (name_w, columns) = fit(&tables, usize::from(width));
+/// The groups frame: the summary line, then one row per upstream group (an endpoint's
+/// `group`, a pool's name by default, a mirror's `group`) with the models frame's columns,
+/// so two deployments of a model compare line by line.
+pub fn render_groups(prev: &Snapshot, cur: &Snapshot, elapsed: Duration, width: u16) -> String {
+    let tables = [("group", rows(prev, cur, "upstream", |u| Group::Upstream(u)))];
+    frame(cur, elapsed, width, &tables)
+}
+
+/// One row per value of `label` in `cur`, each the window for `group(value)`.
+fn rows(
+    prev: &Snapshot,
+    cur: &Snapshot,
+    label: &str,
+    group: fn(&str) -> Group<'_>,
+) -> Vec<(String, Window)> {
+    label_values(cur, label)
+        .into_iter()
+        .map(|v| {
+            let w = Window::between(prev, cur, group(&v));
+            (v, w)
+        })
+        .collect()
+}
+
+/// The summary line and `tables`, columns dropped to fit `width`.
+fn frame(
+    cur: &Snapshot,
+    elapsed: Duration,
+    width: u16,
+    tables: &[(&str, Vec<(String, Window)>)],
+) -> String {
+    let secs = elapsed.as_secs_f64();
+    let (name_w, columns) = fit(tables, usize::from(width));
     let mut out = summary(cur, secs);
-    for (title, rows) in &tables {
+    for (title, rows) in tables {
         out.push('\n');
         let header = columns.iter().map(|c| (c.width, c.header.to_string()));
         line(&mut out, name_w, title, header);
@@ -342,6 +370,49 @@ lingo_requests_in_flight{upstream="u"} 2
         assert!(f.contains("no lingo_ metrics"), "{f}");
         assert_eq!(row(&f, "total", "all")[1..4], ["-", "-", "-"]);
         assert!(f.contains("model") && f.contains("(none yet)"), "{f}");
+    }
+
+    #[test]
+    fn the_groups_frame_has_a_row_per_upstream_group() {
+        let prev = Snapshot::parse(PREV).unwrap();
+        let cur = format!(
+            "{CUR}{}",
+            r#"lingo_requests_total{dialect="sglang",model="mock-model",outcome="ok",upstream="shadow"} 3
+lingo_generation_tokens_total{dialect="sglang",model="mock-model",upstream="shadow"} 12
+lingo_errors_total{dialect="sglang",kind="upstream_status",upstream="shadow"} 1
+"#
+        );
+        let cur = Snapshot::parse(&cur).unwrap();
+        let f = View::Groups.render(&prev, &cur, Duration::from_secs(2), 200);
+        assert!(f.starts_with("window 2.00s"), "{f}");
+        assert!(
+            !f.contains(
+                "
+model "
+            ) && !f.contains(
+                "
+dialect "
+            ),
+            "{f}"
+        );
+        let header = row(&f, "group", "group").join(" ");
+        assert!(
+            header.starts_with("group req/s in tok/s out tok/s TTFT p50"),
+            "{header}"
+        );
+        // `u`: 5 requests, 32 generated tokens, 1 error in 2 s; `shadow`: 3, 12 and 1.
+        let u = row(&f, "group", "u");
+        assert_eq!(
+            (u[1].as_str(), u[3].as_str(), u[8].as_str()),
+            ("2.50", "16.0", "0.50")
+        );
+        let shadow = row(&f, "group", "shadow");
+        assert_eq!(
+            (shadow[1].as_str(), shadow[3].as_str(), shadow[8].as_str()),
+            ("1.50", "6.0", "0.50")
+        );
+        assert_eq!(View::Endpoints.toggled(), View::Groups);
+        assert_eq!(View::Groups.toggled(), View::Models);
     }
 
     #[test]

@@ -4,6 +4,7 @@
 mod body;
 mod glance;
 mod passthrough;
+mod shadow;
 mod translate;
 
 pub use body::ClientBody;
@@ -66,7 +67,7 @@ fn refuse(
 type Attempt = Result<Response, ProxyError>;
 
 async fn run(
-    st: &AppState,
+    st: &Arc<AppState>,
     dialect: Dialect,
     at: respond::Arrival,
     headers: &HeaderMap,
@@ -80,11 +81,29 @@ async fn run(
             return respond::error(st, rec, dialect, &e);
         }
     };
+    // Spawned: the client's request goes on as if there were no mirror.
+    shadow::start(st, &pool, dialect, at.stream, headers, &body);
+    attempts(st, dialect, at, headers, &body, &glance, &pool, &key).await
+}
+
+/// The request on `pool`: an endpoint by its policy, the route by that endpoint's kind, and
+/// other endpoints after a failure before any output (up to `pool.retries`, in the budget).
+#[allow(clippy::too_many_arguments)]
+async fn attempts(
+    st: &AppState,
+    dialect: Dialect,
+    at: respond::Arrival,
+    headers: &HeaderMap,
+    body: &Bytes,
+    glance: &Lazy<'_>,
+    pool: &Pool,
+    key: &Key,
+) -> Response {
     pool.budget.request();
     let mut tried: Vec<Arc<Endpoint>> = Vec::new();
     let mut last: Option<ProxyError> = None;
     loop {
-        let (ep, kind) = match choose(st, &pool, &key, &tried).await {
+        let (ep, kind) = match choose(st, pool, key, &tried).await {
             Ok(p) => p,
             // After a failed attempt, its error says more than "nothing left to try".
             Err(e) => {
@@ -102,8 +121,7 @@ async fn run(
         let attempt = match kind.route(dialect) {
             Route::Passthrough => {
                 let body = body.clone();
-                passthrough::handle(st, &ep, kind, dialect, headers, body, &glance, &at, retry)
-                    .await
+                passthrough::handle(st, &ep, kind, dialect, headers, body, glance, &at, retry).await
             }
             Route::Translate(target) => {
                 let way = (dialect, target);

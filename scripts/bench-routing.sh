@@ -59,7 +59,7 @@ start_lingo() { # policy; sets PID and URL
 start_sglang_router() { # policy; sets PID and URL
   local port; port=$(free_port)
   "$VENV/bin/python" -m sglang_router.launch_router --host 127.0.0.1 --port "$port" \
-    --policy "$1" --worker-urls "${MOCKS[@]}" --log-level warn >"$WORK/router.$port.log" 2>&1 &
+    --prometheus-host 127.0.0.1 --prometheus-port "$(free_port)" --policy "$1" --worker-urls "${MOCKS[@]}" --log-level warn >"$WORK/router.$port.log" 2>&1 &
   PID=$!; PIDS+=($PID); URL=http://127.0.0.1:$port; wait_http "$URL/health"
 }
 

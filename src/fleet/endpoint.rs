@@ -261,10 +261,10 @@ impl Endpoint {
         self.in_flight.load(Ordering::Relaxed)
     }
 
-    /// What policies compare: lingo's requests in flight here plus the engine's waiting
-    /// queue where it is known and fresh.
+    /// What policies compare: lingo's requests in flight here, and what the engine says
+    /// it holds where that is known and fresh (see `EngineLoad::load`).
     pub fn load(&self) -> usize {
-        self.in_flight() + self.engine.waiting()
+        self.engine.load(self.in_flight())
     }
 
     /// The engine's relayed histograms, as last polled.

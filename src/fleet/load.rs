@@ -88,11 +88,17 @@ impl EngineLoad {
         Some((sample, Duration::from_millis(age)))
     }
 
-    /// The engine's waiting queue, when known and fresh: what policies add to lingo's count.
-    pub fn waiting(&self) -> usize {
-        self.fresh()
-            .and_then(|(s, _)| s.waiting)
-            .map_or(0, |w| w as usize)
+    /// The load policies compare, given lingo's own `in_flight` on the endpoint. The
+    /// engine's queue and batch include lingo's own requests, so with both figures the load
+    /// is the larger of lingo's count and the engine's running + waiting (what other clients
+    /// and other lingo replicas put there shows, lingo's own queued requests count once);
+    /// with a queue alone, lingo's count plus the queue; with nothing fresh, lingo's count.
+    pub fn load(&self, in_flight: usize) -> usize {
+        match self.fresh().map(|(s, _)| (s.running, s.waiting)) {
+            Some((Some(r), Some(w))) => in_flight.max(r as usize + w as usize),
+            Some((None, Some(w))) => in_flight + w as usize,
+            _ => in_flight,
+        }
     }
 }
 
@@ -353,6 +359,20 @@ mod tests {
             (s.waiting, s.running, s.kv_usage),
             (Some(3), None, Some(0.5))
         );
-        assert_eq!(l.waiting(), 3);
+        assert_eq!(l.load(2), 5);
+        // lingo's own 6 are among the engine's 4 running and 2 waiting: counted once.
+        l.set(Sample {
+            waiting: Some(2),
+            running: Some(4),
+            kv_usage: None,
+        });
+        assert_eq!(l.load(6), 6);
+        // 10 in the engine, lingo's 6 among them: the other 4 show.
+        l.set(Sample {
+            waiting: Some(4),
+            running: Some(6),
+            kv_usage: None,
+        });
+        assert_eq!(l.load(6), 10);
     }
 }

@@ -17,6 +17,11 @@
 # Everything listens on 127.0.0.1; every load is bounded in count.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# POLICIES, ROUTERS, WORKLOADS narrow a run; POOL_EXTRA adds lines to lingo's pool (e.g.
+# 'load_bound = 1.5'), LINGO_EXTRA to its config (e.g. $'[load]\nenabled = false').
+POLICIES=${POLICIES:-prefix_affinity least_outstanding round_robin random session}
+ROUTERS=${ROUTERS:-cache_aware round_robin}
+WORKLOADS=${WORKLOADS:-multiturn random}
 CONV=${CONV:-48}; TURNS=${TURNS:-5}; SYS=${SYS:-1024}; CONC=${CONC:-16}; RANDOM_N=${RANDOM_N:-192}
 MOCK_FLAGS=(--kind sglang --ttft 2ms --itl 2ms --cache-tokens "${CACHE_TOKENS:-24576}"
   --prefill-per-token "${PREFILL:-100us}" --max-running "${MAX_RUNNING:-4}")
@@ -51,7 +56,7 @@ flush() { for m in "${MOCKS[@]}"; do curl -sf -X POST "$m/flush_cache" >/dev/nul
 
 start_lingo() { # policy; sets PID and URL
   local port; port=$(free_port)
-  { echo "[pools.bench]"; echo "policy = \"$1\""; echo "endpoints = ["
+  { echo "${LINGO_EXTRA:-}"; echo "[pools.bench]"; echo "policy = \"$1\""; echo "${POOL_EXTRA:-}"; echo "endpoints = ["
     for m in "${MOCKS[@]}"; do echo "  { url = \"$m\", kind = \"sglang\" },"; done; echo "]"; } > "$WORK/$1.$port.toml"
   LINGO_LOG=warn "$LINGO" serve --listen "127.0.0.1:$port" --config "$WORK/$1.$port.toml" >/dev/null 2>&1 &
   PID=$!; PIDS+=($PID); URL=http://127.0.0.1:$port; wait_http "$URL/health"
@@ -101,11 +106,11 @@ echo "# lingo routing — $(date -u +%Y-%m-%d), $(nproc) cores; 4 SGLang mocks (
 echo "# multiturn: $CONV conversations x $TURNS turns, system prompt $SYS tokens, $CONC in flight; random: $RANDOM_N prompts of 512 tokens"
 echo
 printf '%-10s %-34s %9s %9s %9s %9s %6s %8s\n' workload router "TTFT p50" "TTFT p99" "tok/s" "hit rate" fails "max/mean"
-for workload in multiturn random; do
-  for policy in prefix_affinity least_outstanding round_robin random session; do
+for workload in $WORKLOADS; do
+  for policy in $POLICIES; do
     start_lingo "$policy"; run "lingo $policy" "$workload" "$URL"; kill "$PID"
   done
-  for policy in cache_aware round_robin; do
+  for policy in $ROUTERS; do
     start_sglang_router "$policy"; run "sglang-router $policy" "$workload" "$URL"; kill "$PID"
   done
 done

@@ -19,9 +19,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # POLICIES, ROUTERS, WORKLOADS narrow a run; POOL_EXTRA adds lines to lingo's pool (e.g.
 # 'load_bound = 1.5'), LINGO_EXTRA to its config (e.g. $'[load]\nenabled = false').
-POLICIES=${POLICIES:-prefix_affinity least_outstanding round_robin random session}
-ROUTERS=${ROUTERS:-cache_aware round_robin}
-WORKLOADS=${WORKLOADS:-multiturn random}
+POLICIES=${POLICIES-prefix_affinity least_outstanding round_robin random session}
+ROUTERS=${ROUTERS-cache_aware round_robin}
+WORKLOADS=${WORKLOADS-multiturn random}
 CONV=${CONV:-48}; TURNS=${TURNS:-5}; SYS=${SYS:-1024}; CONC=${CONC:-16}; RANDOM_N=${RANDOM_N:-192}
 MOCK_FLAGS=(--kind sglang --ttft 2ms --itl 2ms --cache-tokens "${CACHE_TOKENS:-24576}"
   --prefill-per-token "${PREFILL:-100us}" --max-running "${MAX_RUNNING:-4}")

@@ -99,15 +99,15 @@ struct Raw<'a> {
     #[serde(default)]
     n_predict: Lenient<u64>,
     #[serde(default)]
-    sampling_params: Lenient<Nested>,
+    sampling_params: Lenient<Cap>,
     #[serde(default)]
-    parameters: Lenient<Nested>,
+    parameters: Lenient<Cap>,
     #[serde(default)]
-    options: Lenient<Nested>,
+    options: Lenient<Cap>,
 }
 
-/// A field read if it has the expected shape, else ignored: its own bytes (usually a few)
-/// are parsed a second time, never the body.
+/// A field read if it has the expected shape, else ignored: one visit, no second parse.
+/// `u64` takes a non-negative integer, `String` a string, `Cap` an object's output cap.
 struct Lenient<T>(Option<T>);
 
 impl<T> Default for Lenient<T> {
@@ -116,10 +116,91 @@ impl<T> Default for Lenient<T> {
     }
 }
 
-impl<'de, T: serde::de::DeserializeOwned> Deserialize<'de> for Lenient<T> {
+/// The output cap inside `sampling_params` (SGLang), `parameters` (TGI) or `options` (Ollama).
+struct Cap(u64);
+
+/// What one lenient visit saw.
+enum Seen {
+    Int(u64),
+    Str(String),
+    Cap(Option<u64>),
+    Other,
+}
+
+struct SeenVisitor;
+
+impl<'de> serde::de::Visitor<'de> for SeenVisitor {
+    type Value = Seen;
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Seen, E> {
+        Ok(Seen::Int(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Seen, E> {
+        Ok(u64::try_from(v).map_or(Seen::Other, Seen::Int))
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Seen, E> {
+        Ok(Seen::Other)
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Seen, E> {
+        Ok(Seen::Other)
+    }
+    fn visit_unit<E>(self) -> Result<Seen, E> {
+        Ok(Seen::Other)
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Seen, E> {
+        Ok(Seen::Str(v.to_string()))
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Seen, A::Error> {
+        while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+        Ok(Seen::Other)
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Seen, A::Error> {
+        let mut cap = None;
+        while let Some(k) = map.next_key::<Cow<'de, str>>()? {
+            if matches!(&*k, "max_new_tokens" | "num_predict") {
+                if let Seen::Int(v) = map.next_value::<Seen>()? {
+                    cap = cap.or(Some(v));
+                }
+            } else {
+                map.next_value::<serde::de::IgnoredAny>()?;
+            }
+        }
+        Ok(Seen::Cap(cap))
+    }
+}
+
+impl<'de> Deserialize<'de> for Seen {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Seen, D::Error> {
+        d.deserialize_any(SeenVisitor)
+    }
+}
+
+impl<'de> Deserialize<'de> for Lenient<u64> {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let raw = <&RawValue>::deserialize(d)?;
-        Ok(Lenient(serde_json::from_str(raw.get()).ok()))
+        Ok(Lenient(match Seen::deserialize(d)? {
+            Seen::Int(v) => Some(v),
+            _ => None,
+        }))
+    }
+}
+
+impl<'de> Deserialize<'de> for Lenient<String> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(Lenient(match Seen::deserialize(d)? {
+            Seen::Str(v) => Some(v),
+            _ => None,
+        }))
+    }
+}
+
+impl<'de> Deserialize<'de> for Lenient<Cap> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(Lenient(match Seen::deserialize(d)? {
+            Seen::Cap(Some(v)) => Some(Cap(v)),
+            _ => None,
+        }))
     }
 }
 
@@ -178,15 +259,6 @@ impl<'de: 'a, 'a> Deserialize<'de> for Messages<'a> {
     }
 }
 
-/// `sampling_params` (SGLang), `parameters` (TGI), `options` (Ollama): only the cap is read.
-#[derive(Deserialize)]
-struct Nested {
-    #[serde(default)]
-    max_new_tokens: Lenient<u64>,
-    #[serde(default)]
-    num_predict: Lenient<u64>,
-}
-
 #[derive(Deserialize)]
 struct StreamOptions {
     include_usage: Option<bool>,
@@ -210,10 +282,7 @@ fn parse(body: &[u8]) -> Result<Glance, ProxyError> {
         chat: raw.messages.0.as_deref().and_then(|m| chat_range(body, m)),
     };
     let nested = [&raw.sampling_params, &raw.parameters, &raw.options];
-    let nested_cap = nested
-        .iter()
-        .filter_map(|n| n.0.as_ref())
-        .find_map(|n| n.max_new_tokens.0.or(n.num_predict.0));
+    let nested_cap = nested.iter().find_map(|n| n.0.as_ref().map(|c| c.0));
     let max_tokens = raw
         .max_tokens
         .0

@@ -109,9 +109,11 @@ for mode in non-stream stream; do
   python3 - "$mode" "${CPU[$mode.base]}" "${CPU[$mode.one]}" "${CPU[$mode.four]}" <<'PY'
 import statistics, sys
 mode, base, one, four = sys.argv[1], *[[float(x) for x in a.split()] for a in sys.argv[2:]]
-b, o, f = map(statistics.median, (base, one, four))
-print(f"{mode:<11} CPU/request, median of rounds: pool of one {o / b:.3f}x before the fleet "
-      f"(goal <= 1.05), pool of four {f / b:.3f}x")
+# Paired: each round's ratio to the baseline measured next to it (the machine drifts between
+# rounds more than between neighbours), then the median over rounds.
+paired = lambda xs: statistics.median(x / b for x, b in zip(xs, base))
+print(f"{mode:<11} CPU/request, median of per-round ratios: pool of one {paired(one):.3f}x "
+      f"before the fleet (goal <= 1.05), pool of four {paired(four):.3f}x")
 PY
 done
 

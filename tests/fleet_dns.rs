@@ -67,6 +67,27 @@ async fn lingo_serving(config: Config) -> String {
     format!("http://{addr}")
 }
 
+/// One round-robin pool of `dns://NAME:port`, resolved and probed every so many ms.
+fn round_robin_over_dns(dns: &DnsServer, port: u16, resolve_ms: u64, probe_ms: u64) -> Config {
+    let mut config = Config::default();
+    let url = format!("dns://{NAME}:{port}");
+    config.pools.insert(
+        "q".into(),
+        PoolConfig {
+            policy: Policy::RoundRobin,
+            endpoints: vec![EndpointConfig::new(&url, KindSetting::Vllm)],
+            ..PoolConfig::default()
+        },
+    );
+    config.discovery = DiscoveryConfig {
+        interval: Duration::from_millis(resolve_ms),
+        nameserver: Some(dns.addr),
+    };
+    config.health.interval = Duration::from_millis(probe_ms);
+    config.validate().unwrap();
+    config
+}
+
 async fn complete(base: &str) {
     let body = json!({"model": "m", "prompt": "hello", "max_tokens": 2});
     let r = post_json(&format!("{base}/v1/completions"), &body).await;
@@ -92,25 +113,8 @@ async fn addresses_join_and_leave_while_requests_flow() {
     let dns = DnsServer::start().await;
     dns.set(NAME, &[ip(2), ip(3)]);
     let (port, mocks) = mocks_on_one_port(&[2, 3, 4]).await;
-    let mut config = Config::default();
-    config.pools.insert(
-        "q".into(),
-        PoolConfig {
-            policy: Policy::RoundRobin,
-            endpoints: vec![EndpointConfig::new(
-                &format!("dns://{NAME}:{port}"),
-                KindSetting::Vllm,
-            )],
-            ..PoolConfig::default()
-        },
-    );
-    config.discovery = DiscoveryConfig {
-        interval: Duration::from_millis(100),
-        nameserver: Some(dns.addr),
-    };
     // A new address starts pending and takes requests after its first passing probe.
-    config.health.interval = Duration::from_millis(100);
-    config.validate().unwrap();
+    let config = round_robin_over_dns(&dns, port, 100, 100);
     let base = lingo_serving(config).await;
 
     for _ in 0..10 {
@@ -180,24 +184,7 @@ async fn a_thousand_addresses_leave_a_capped_label_set() {
         IpAddr::V4(Ipv4Addr::new(127, 1 + hi, lo, 1))
     }));
     dns.set(NAME, &ips);
-    let mut config = Config::default();
-    config.pools.insert(
-        "q".into(),
-        PoolConfig {
-            policy: Policy::RoundRobin,
-            endpoints: vec![EndpointConfig::new(
-                &format!("dns://{NAME}:{port}"),
-                KindSetting::Vllm,
-            )],
-            ..PoolConfig::default()
-        },
-    );
-    config.discovery = DiscoveryConfig {
-        interval: Duration::from_millis(200),
-        nameserver: Some(dns.addr),
-    };
-    config.health.interval = Duration::from_millis(500);
-    config.validate().unwrap();
+    let config = round_robin_over_dns(&dns, port, 200, 500);
     let base = lingo_serving(config).await;
 
     assert_eq!(fleet_urls(&base).await.len(), 1000);

@@ -288,7 +288,7 @@ impl Endpoint {
         match reading {
             Some(r) => {
                 *p = (0, Instant::now());
-                self.engine.set(r.sample);
+                self.engine.set(r.sample, self.in_flight());
                 self.metrics
                     .endpoint_engine(&self.pool, &self.label, &r.sample);
                 if let Ok(mut h) = self.hists.lock() {

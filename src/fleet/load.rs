@@ -35,6 +35,9 @@ pub struct EngineLoad {
     kv_ppm: AtomicU32,
     /// Milliseconds since `epoch()` of the reading, 0 for none yet.
     at_ms: AtomicU64,
+    /// What the engine held beyond lingo's own requests when it was read (other clients,
+    /// other lingo replicas).
+    others: AtomicU32,
     stale_ms: u64,
 }
 
@@ -57,11 +60,13 @@ impl EngineLoad {
             running: AtomicU32::new(UNKNOWN),
             kv_ppm: AtomicU32::new(UNKNOWN),
             at_ms: AtomicU64::new(0),
+            others: AtomicU32::new(0),
             stale_ms: stale_after.as_millis() as u64,
         }
     }
 
-    pub fn set(&self, s: Sample) {
+    /// A reading, taken while lingo had `in_flight` requests on the endpoint.
+    pub fn set(&self, s: Sample, in_flight: usize) {
         let put = |a: &AtomicU32, v: Option<u32>| {
             a.store(v.map_or(UNKNOWN, |v| v.min(UNKNOWN - 1)), Ordering::Relaxed);
         };
@@ -69,6 +74,15 @@ impl EngineLoad {
         put(&self.running, s.running);
         let ppm = s.kv_usage.map(|k| (k.clamp(0.0, 1.0) * 1e6) as u32);
         put(&self.kv_ppm, ppm);
+        // The engine's queue and batch include lingo's own requests: what is beyond them is
+        // other traffic. With a queue alone, ours cannot be told apart: all of it counts.
+        let mine = u32::try_from(in_flight).unwrap_or(u32::MAX);
+        let others = match (s.running, s.waiting) {
+            (Some(r), Some(w)) => r.saturating_add(w).saturating_sub(mine),
+            (None, Some(w)) => w,
+            _ => 0,
+        };
+        self.others.store(others, Ordering::Relaxed);
         self.at_ms.store(now_ms(), Ordering::Relaxed);
     }
 
@@ -88,16 +102,14 @@ impl EngineLoad {
         Some((sample, Duration::from_millis(age)))
     }
 
-    /// The load policies compare, given lingo's own `in_flight` on the endpoint. The
-    /// engine's queue and batch include lingo's own requests, so with both figures the load
-    /// is the larger of lingo's count and the engine's running + waiting (what other clients
-    /// and other lingo replicas put there shows, lingo's own queued requests count once);
-    /// with a queue alone, lingo's count plus the queue; with nothing fresh, lingo's count.
+    /// The load policies compare: lingo's own `in_flight` now, plus what the engine held
+    /// beyond lingo's requests at its last fresh reading. lingo's own count is never taken
+    /// from the engine, whose figures are a poll old: a stale reading of lingo's own queue
+    /// would make the load bound spill turns that fit.
     pub fn load(&self, in_flight: usize) -> usize {
-        match self.fresh().map(|(s, _)| (s.running, s.waiting)) {
-            Some((Some(r), Some(w))) => in_flight.max(r as usize + w as usize),
-            Some((None, Some(w))) => in_flight + w as usize,
-            _ => in_flight,
+        match self.fresh() {
+            Some(_) => in_flight + self.others.load(Ordering::Relaxed) as usize,
+            None => in_flight,
         }
     }
 }
@@ -341,38 +353,42 @@ mod tests {
     fn a_reading_goes_stale() {
         let l = EngineLoad::new(Duration::ZERO);
         assert_eq!(l.fresh(), None);
-        l.set(Sample {
-            waiting: Some(3),
-            ..Sample::default()
-        });
+        l.set(
+            Sample {
+                waiting: Some(3),
+                ..Sample::default()
+            },
+            0,
+        );
         // Stale after 0 ms: fresh only within the same millisecond.
         let f = l.fresh().map(|(s, _)| s.waiting);
         assert!(f.is_none() || f == Some(Some(3)));
         let l = EngineLoad::new(Duration::from_secs(60));
-        l.set(Sample {
-            waiting: Some(3),
-            running: None,
-            kv_usage: Some(0.5),
-        });
+        l.set(
+            Sample {
+                waiting: Some(3),
+                running: None,
+                kv_usage: Some(0.5),
+            },
+            0,
+        );
         let (s, _) = l.fresh().unwrap();
         assert_eq!(
             (s.waiting, s.running, s.kv_usage),
             (Some(3), None, Some(0.5))
         );
         assert_eq!(l.load(2), 5);
-        // lingo's own 6 are among the engine's 4 running and 2 waiting: counted once.
-        l.set(Sample {
-            waiting: Some(2),
-            running: Some(4),
+        // lingo's own 6 are the engine's 4 running and 2 waiting: counted once, and lingo's
+        // count since (3 ended) is what stands, not the reading.
+        let both = |w, r| Sample {
+            waiting: Some(w),
+            running: Some(r),
             kv_usage: None,
-        });
-        assert_eq!(l.load(6), 6);
-        // 10 in the engine, lingo's 6 among them: the other 4 show.
-        l.set(Sample {
-            waiting: Some(4),
-            running: Some(6),
-            kv_usage: None,
-        });
+        };
+        l.set(both(2, 4), 6);
+        assert_eq!((l.load(6), l.load(3)), (6, 3));
+        // 10 in the engine with lingo's 6 among them: the other 4 show.
+        l.set(both(4, 6), 6);
         assert_eq!(l.load(6), 10);
     }
 }

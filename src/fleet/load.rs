@@ -216,8 +216,9 @@ pub struct Reading {
     pub hists: [Option<Hist>; 2],
 }
 
-/// Read one endpoint's load now; `None` when it exports none (or did not answer).
-pub async fn read(ep: &Endpoint) -> Option<Reading> {
+/// Read one endpoint's load now (and, when `relay`, the histograms relayed under vLLM's
+/// names); `None` when it exports none (or did not answer).
+pub async fn read(ep: &Endpoint, relay: bool) -> Option<Reading> {
     let kind = ep.kind_now()?;
     let path = source(kind)?;
     if let Ok(resp) = ep.client.get(path).await {
@@ -226,7 +227,7 @@ pub async fn read(ep: &Endpoint) -> Option<Reading> {
                 let text = String::from_utf8_lossy(&body);
                 if let Some(sample) = parse_metrics(kind, &text) {
                     let hists = match kind {
-                        Kind::Vllm => HISTOGRAMS.map(|(name, _)| parse_hist(&text, name)),
+                        Kind::Vllm if relay => HISTOGRAMS.map(|(name, _)| parse_hist(&text, name)),
                         _ => [None, None],
                     };
                     return Some(Reading { sample, hists });
@@ -298,6 +299,8 @@ pub fn spawn(pool: &Arc<Pool>, cfg: LoadConfig) {
         loop {
             tick.tick().await;
             let Some(p) = weak.upgrade() else { return };
+            // The histograms are read only for `--metrics-compat vllm`, which relays them.
+            let relays = p.metrics().relays_vllm();
             let set = p.endpoints();
             let due = set
                 .iter()
@@ -305,9 +308,11 @@ pub fn spawn(pool: &Arc<Pool>, cfg: LoadConfig) {
                 .filter(|e| e.load_poll_due());
             let reads = due.map(|e| async move {
                 // Bounded by the interval: a slow server's figure would be stale anyway.
-                let got =
-                    tokio::time::timeout(cfg.interval.max(Duration::from_millis(100)), read(e))
-                        .await;
+                let got = tokio::time::timeout(
+                    cfg.interval.max(Duration::from_millis(100)),
+                    read(e, relays),
+                )
+                .await;
                 e.note_load(got.ok().flatten());
             });
             futures_util::future::join_all(reads).await;

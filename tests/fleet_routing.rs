@@ -51,29 +51,14 @@ fn chat(stream: bool) -> Value {
            "messages": [{"role": "user", "content": "hi"}]})
 }
 
-async fn post(url: &str, body: &Value) -> reqwest::Response {
-    client().post(url).json(body).send().await.unwrap()
-}
-
 async fn post_ok(url: &str, body: &Value) -> Value {
-    let r = post(url, body).await;
+    let r = post_json(url, body).await;
     assert_eq!(r.status(), 200, "{url}");
     r.json().await.unwrap()
 }
 
 fn requests(m: &Mock) -> u64 {
     m.state.stats().requests
-}
-
-async fn scrape(base: &str) -> String {
-    client()
-        .get(format!("{base}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
 }
 
 /// The value of the one sample whose line starts with `prefix` (0 when there is none).
@@ -136,7 +121,7 @@ async fn least_outstanding_sends_nothing_new_to_a_busy_endpoint() {
     // Streams until one is held on the first mock (each lands there with chance >= 1/3).
     let mut held = None;
     for _ in 0..40 {
-        let r = post(&format!("{base}/v1/chat/completions"), &chat(true)).await;
+        let r = post_json(&format!("{base}/v1/chat/completions"), &chat(true)).await;
         assert_eq!(r.status(), 200);
         if ms[0].state.stats().in_flight == 1 {
             held = Some(r);
@@ -329,7 +314,7 @@ async fn models_route_to_their_pools_and_unknown_ones_are_404s() {
     assert_eq!(ids, vec!["alias-a", "model-a", "model-b"], "{models}");
 
     body["model"] = json!("nope");
-    let r = post(&format!("{base}/v1/chat/completions"), &body).await;
+    let r = post_json(&format!("{base}/v1/chat/completions"), &body).await;
     assert_eq!(r.status(), 404);
     let v: Value = r.json().await.unwrap();
     let msg = v["error"]["message"].as_str().unwrap();
@@ -339,7 +324,7 @@ async fn models_route_to_their_pools_and_unknown_ones_are_404s() {
     );
     let anthropic = json!({"model": "nope", "max_tokens": 8,
                            "messages": [{"role": "user", "content": "hi"}]});
-    let r = post(&format!("{base}/v1/messages"), &anthropic).await;
+    let r = post_json(&format!("{base}/v1/messages"), &anthropic).await;
     assert_eq!(r.status(), 404);
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["type"], "error", "{v}");
@@ -415,7 +400,7 @@ async fn info_routes_follow_the_model_they_name_and_flushes_reach_every_sglang_e
         shown["model_info"]["general.architecture"], "lingo",
         "{shown}"
     );
-    let r = post(&format!("{base}/api/show"), &json!({"model": "nope"})).await;
+    let r = post_json(&format!("{base}/api/show"), &json!({"model": "nope"})).await;
     assert_eq!(r.status(), 404);
     // llama.cpp's /props from the llama.cpp endpoint when its model is named.
     let props = get_json(&format!("{base}/props?model=l")).await;

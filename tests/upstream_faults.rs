@@ -132,6 +132,18 @@ fn token(text: &str, finish: Option<&str>) -> String {
     .to_string()
 }
 
+/// A mock serving model `m` whose streams stop after `tokens` tokens, holding the connection.
+async fn held(kind: MockKind, tokens: u32) -> common::Mock {
+    let mock = mock_with(MockConfig {
+        kind,
+        model: "m".into(),
+        ..MockConfig::default()
+    })
+    .await;
+    mock.state.hold_after(tokens);
+    mock
+}
+
 fn config(url: &str, kind: KindSetting) -> Config {
     let mut c = config_for(url, kind);
     c.upstream.model = Some("m".into());
@@ -198,13 +210,7 @@ async fn no_headers_within_first_token_is_a_504_and_the_connection_closes() {
 
 #[tokio::test]
 async fn headers_then_silence_is_a_first_token_error_in_band_translated_to_sglang() {
-    let mock = mock_with(MockConfig {
-        kind: MockKind::Vllm,
-        model: "m".into(),
-        ..MockConfig::default()
-    })
-    .await;
-    mock.state.hold_after(0);
+    let mock = held(MockKind::Vllm, 0).await;
     let mut cfg = config(&mock.url(), KindSetting::Vllm);
     cfg.timeouts.first_token = SHORT;
     let base = lingo(cfg).await;
@@ -218,13 +224,7 @@ async fn headers_then_silence_is_a_first_token_error_in_band_translated_to_sglan
 
 #[tokio::test]
 async fn a_stall_mid_stream_ends_openai_passthrough_with_the_error_and_done() {
-    let mock = mock_with(MockConfig {
-        kind: MockKind::Vllm,
-        model: "m".into(),
-        ..MockConfig::default()
-    })
-    .await;
-    mock.state.hold_after(2);
+    let mock = held(MockKind::Vllm, 2).await;
     let mut cfg = config(&mock.url(), KindSetting::Vllm);
     cfg.timeouts.stream_idle = SHORT;
     let base = lingo(cfg).await;
@@ -246,13 +246,7 @@ async fn a_stall_mid_stream_ends_openai_passthrough_with_the_error_and_done() {
 
 #[tokio::test]
 async fn a_stall_mid_stream_ends_ollama_passthrough_with_its_error_line() {
-    let mock = mock_with(MockConfig {
-        kind: MockKind::Ollama,
-        model: "m".into(),
-        ..MockConfig::default()
-    })
-    .await;
-    mock.state.hold_after(2);
+    let mock = held(MockKind::Ollama, 2).await;
     let mut cfg = config(&mock.url(), KindSetting::Ollama);
     cfg.timeouts.stream_idle = SHORT;
     let base = lingo(cfg).await;
@@ -494,13 +488,7 @@ async fn lingo_with_state(config: Config) -> (String, Arc<AppState>) {
 
 #[tokio::test]
 async fn the_end_of_the_grace_ends_open_streams_in_band_and_whole_answers_with_503() {
-    let mock = mock_with(MockConfig {
-        kind: MockKind::Vllm,
-        model: "m".into(),
-        ..MockConfig::default()
-    })
-    .await;
-    mock.state.hold_after(2);
+    let mock = held(MockKind::Vllm, 2).await;
     let (base, state) = lingo_with_state(config(&mock.url(), KindSetting::Vllm)).await;
     let mut r = post_json(&format!("{base}/v1/completions"), &completions(true)).await;
     let first = r.chunk().await.unwrap().unwrap();

@@ -171,7 +171,13 @@ impl VllmCompat {
 
     fn own(&self, model: &str, by: i64) {
         let mut own = self.own_running.lock().unwrap_or_else(|e| e.into_inner());
-        *own.entry(model.to_string()).or_default() += by;
+        // Twice per request: the name is copied only the first time a model is seen.
+        match own.get_mut(model) {
+            Some(n) => *n += by,
+            None => {
+                own.insert(model.to_string(), by);
+            }
+        }
     }
 
     pub fn started(&self, model: &str) {

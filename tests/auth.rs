@@ -31,6 +31,11 @@ fn hex_sha256(key: &str) -> String {
 }
 
 /// A request to lingo: method, path, JSON body (for POST), credential header.
+/// A chat completion sent with `cred`.
+async fn chat_as(base: &str, cred: Cred) -> reqwest::Response {
+    send(base, "/v1/chat/completions", Some(&chat()), cred).await
+}
+
 async fn send(base: &str, path: &str, body: Option<&Value>, cred: Cred) -> reqwest::Response {
     let url = format!("{base}{path}");
     let mut rb = match body {
@@ -161,13 +166,7 @@ async fn every_guarded_route_refuses_without_a_valid_key_in_its_clients_shape() 
         refused
     );
     // The right key, as a bearer token or as Anthropic's header, is served.
-    let r = send(
-        &base,
-        "/v1/chat/completions",
-        Some(&chat()),
-        Cred::Bearer(ALICE),
-    )
-    .await;
+    let r = chat_as(&base, Cred::Bearer(ALICE)).await;
     assert_eq!(r.status(), 200);
     let r = send(
         &base,
@@ -207,13 +206,7 @@ async fn keys_from_a_file_with_sha256_lines_name_the_request_and_never_appear() 
             r.text().await.unwrap();
         }
     }
-    let r = send(
-        &base,
-        "/v1/chat/completions",
-        Some(&chat()),
-        Cred::Bearer(BOB),
-    )
-    .await;
+    let r = chat_as(&base, Cred::Bearer(BOB)).await;
     r.text().await.unwrap();
     let text = scrape(&base).await;
     assert_eq!(sum(&text, "lingo_requests_total", &[("key", "alice")]), 1.0);
@@ -250,7 +243,7 @@ async fn keys_from_a_file_with_sha256_lines_name_the_request_and_never_appear() 
 async fn without_auth_the_key_label_is_none() {
     let mock = mock(MockKind::Vllm).await;
     let base = lingo(config_for(&mock.url(), KindSetting::Vllm)).await;
-    let r = send(&base, "/v1/chat/completions", Some(&chat()), Cred::None).await;
+    let r = chat_as(&base, Cred::None).await;
     r.text().await.unwrap();
     let text = scrape(&base).await;
     assert_eq!(sum(&text, "lingo_requests_total", &[("key", "none")]), 1.0);
@@ -265,22 +258,10 @@ async fn requests_per_minute_are_per_key_with_retry_after_in_the_clients_shape()
     c.auth.requests_per_minute = Some(2);
     let base = lingo(c).await;
     for _ in 0..2 {
-        let r = send(
-            &base,
-            "/v1/chat/completions",
-            Some(&chat()),
-            Cred::Bearer(ALICE),
-        )
-        .await;
+        let r = chat_as(&base, Cred::Bearer(ALICE)).await;
         assert_eq!(r.status(), 200);
     }
-    let r = send(
-        &base,
-        "/v1/chat/completions",
-        Some(&chat()),
-        Cred::Bearer(ALICE),
-    )
-    .await;
+    let r = chat_as(&base, Cred::Bearer(ALICE)).await;
     assert_eq!(r.status(), 429);
     let wait: u64 = r.headers()["retry-after"]
         .to_str()
@@ -307,13 +288,7 @@ async fn requests_per_minute_are_per_key_with_retry_after_in_the_clients_shape()
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["error"]["type"], "rate_limit_error", "{v}");
     // Bob's budget is his own.
-    let r = send(
-        &base,
-        "/v1/chat/completions",
-        Some(&chat()),
-        Cred::Bearer(BOB),
-    )
-    .await;
+    let r = chat_as(&base, Cred::Bearer(BOB)).await;
     assert_eq!(r.status(), 200);
     let text = scrape(&base).await;
     assert_eq!(
@@ -391,26 +366,14 @@ async fn the_upstream_key_is_never_spent_on_an_unauthenticated_request() {
     c.upstream.api_key_env = Some(up_var.to_string());
     let base = lingo(c).await;
     // lingo's refusal (its own message), not the upstream's "You didn't provide an API key".
-    let r = send(&base, "/v1/chat/completions", Some(&chat()), Cred::None).await;
+    let r = chat_as(&base, Cred::None).await;
     assert_eq!(r.status(), 401);
     let msg = shape("openai", &r.json().await.unwrap());
     assert!(msg.starts_with("no API key"), "{msg}");
-    let r = send(
-        &base,
-        "/v1/chat/completions",
-        Some(&chat()),
-        Cred::Bearer(UPSTREAM),
-    )
-    .await;
+    let r = chat_as(&base, Cred::Bearer(UPSTREAM)).await;
     assert_eq!(r.status(), 401, "the upstream's key is not a client key");
     // An authenticated request is sent with the upstream's key.
-    let r = send(
-        &base,
-        "/v1/chat/completions",
-        Some(&chat()),
-        Cred::Bearer(ALICE),
-    )
-    .await;
+    let r = chat_as(&base, Cred::Bearer(ALICE)).await;
     assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
 }
 

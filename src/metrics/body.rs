@@ -110,7 +110,12 @@ fn on_tokens(record: &mut RequestRecord, metrics: &Metrics, tokens: u32) {
         None => {
             record.first_token = Some(now);
             metrics.observe_ttft(record, (now - record.started).as_secs_f64());
-            // The first chunk's extra tokens arrived together with the first one.
+            // The first chunk's extra tokens arrived with the first one: gaps of zero, so
+            // a stream's histogram counts every token after the first however reads coalesce
+            // (a whole answer has no gaps to speak of).
+            if tokens > 1 && record.stream {
+                metrics.observe_itl(record, 0.0, tokens - 1);
+            }
         }
         Some(prev) => metrics.observe_itl(record, (now - prev).as_secs_f64(), tokens),
     }

@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use futures_util::{FutureExt, Stream};
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 
 use super::framing::{write_sse, Frame, FrameParser, Framing};
 use super::timers::Timers;
@@ -17,6 +16,7 @@ use crate::dialect::{Dialect, StreamDecoder, StreamEncoder};
 use crate::error::{ProxyError, Source};
 use crate::metrics::{Emit, Outcome, Summary};
 use crate::model::{Event, Tally};
+use crate::upstream::{BodyError, UpstreamBody};
 
 /// What to send the client for each upstream chunk.
 pub enum Output {
@@ -35,7 +35,7 @@ pub enum Output {
 
 /// The upstream side of a stream: its body, its dialect, and the limits it runs under.
 pub struct Upstream {
-    pub body: Incoming,
+    pub body: UpstreamBody,
     /// The upstream's dialect: its framing and decoder, and in passthrough (where it is the
     /// client's too) the in-band error lingo appends when the stream breaks.
     pub dialect: Dialect,
@@ -51,7 +51,7 @@ const JOIN_CAP: usize = 256 << 10;
 
 struct State {
     /// Dropped as soon as the stream ends, which closes the upstream connection.
-    body: Option<Incoming>,
+    body: Option<UpstreamBody>,
     dialect: Dialect,
     parser: FrameParser,
     decoder: StreamDecoder,
@@ -72,7 +72,7 @@ struct State {
     /// Raw passthrough: the bytes forwarded so far end inside an event.
     mid_event: bool,
     /// The body's end or error, seen while collecting ready chunks.
-    pending: Option<Option<Result<http_body::Frame<Bytes>, hyper::Error>>>,
+    pending: Option<Option<Result<http_body::Frame<Bytes>, BodyError>>>,
 }
 
 /// Build the client-facing stream over an upstream body.

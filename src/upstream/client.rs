@@ -1,4 +1,5 @@
-//! The pooled HTTP client to the upstream, with its timeouts mapped to typed errors.
+//! The pooled HTTP client to the upstream, with its timeouts mapped to typed errors: lingo's
+//! own HTTP/1.1 client (`h1`) for `http://` upstreams, hyper-util's for `https://`.
 
 use std::time::Duration;
 
@@ -9,6 +10,8 @@ use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
+use super::body::UpstreamBody;
+use super::h1;
 use crate::config::{Limits, Timeouts};
 use crate::error::{ProxyError, Timer};
 use crate::stream::timers::HeaderWait;
@@ -18,7 +21,7 @@ pub struct UpstreamResponse {
     pub status: StatusCode,
     pub content_type: Option<http::HeaderValue>,
     pub headers: HeaderMap,
-    pub body: Incoming,
+    pub body: UpstreamBody,
     bounds: BodyBounds,
 }
 
@@ -74,8 +77,23 @@ impl UpstreamResponse {
 
 type Connector = hyper_rustls::HttpsConnector<HttpConnector>;
 
-/// One upstream base URL (`http://` or `https://`) behind hyper-util's pooled, keep-alive
-/// client.
+/// How requests reach the upstream.
+#[derive(Clone)]
+enum Transport {
+    /// `http://`: lingo's own HTTP/1.1 client, read by the request's own task.
+    H1 {
+        pool: h1::Pool,
+        /// The `host` header: the URL's host and port, without credentials.
+        host: String,
+        /// The URL's path, put before every request's path.
+        prefix: String,
+    },
+    /// `https://` (and anything `h1` cannot parse, which then fails by name): hyper-util's
+    /// pooled client over rustls.
+    Hyper(Box<hyper_util::client::legacy::Client<Connector, Full<Bytes>>>),
+}
+
+/// One upstream base URL (`http://` or `https://`) behind a pooled, keep-alive client.
 #[derive(Clone)]
 pub struct Client {
     /// The base URL as configured, credentials included: only ever sent, never shown.
@@ -84,7 +102,7 @@ pub struct Client {
     shown: String,
     /// The configured `upstream.name`: how client-facing errors name this upstream.
     name: String,
-    inner: hyper_util::client::legacy::Client<Connector, Full<Bytes>>,
+    transport: Transport,
     header_timeout: Duration,
     bounds: BodyBounds,
     /// `Authorization` for every request, replacing the client's (`upstream.api_key_env`).
@@ -93,24 +111,13 @@ pub struct Client {
 
 impl Client {
     pub fn new(base: &str, t: &Timeouts) -> Client {
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        connector.set_connect_timeout(Some(t.connect));
-        connector.set_keepalive(Some(Duration::from_secs(60)));
-        connector.enforce_http(false);
-        let inner = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(t.pool_idle)
-            // Without a timer, expired idle connections are only noticed at the next checkout:
-            // an upstream that stays open would keep them (and their fds) forever.
-            .pool_timer(hyper_util::rt::TokioTimer::new())
-            .pool_max_idle_per_host(1024)
-            .build(tls(connector));
         let base = base.trim_end_matches('/').to_string();
+        let transport = h1_transport(&base, t).unwrap_or_else(|| hyper_transport(t));
         Client {
             shown: redact_url(&base),
             name: "upstream".into(),
             target: base,
-            inner,
+            transport,
             header_timeout: t.response_headers,
             bounds: BodyBounds {
                 whole: Limits::default().max_upstream_body,
@@ -201,44 +208,144 @@ impl Client {
         headers: &[(HeaderName, HeaderValue)],
         wait: HeaderWait,
     ) -> Result<UpstreamResponse, ProxyError> {
+        let (status, headers, body) = match &self.transport {
+            Transport::H1 { pool, host, prefix } => {
+                let to = (pool, host.as_str(), prefix.as_str());
+                self.send_h1(to, &method, path, &body, headers, wait)
+                    .await?
+            }
+            Transport::Hyper(inner) => {
+                self.send_hyper(inner, method, path, body, headers, wait)
+                    .await?
+            }
+        };
+        Ok(UpstreamResponse {
+            status,
+            content_type: headers.get(header::CONTENT_TYPE).cloned(),
+            headers,
+            body,
+            bounds: self.bounds,
+        })
+    }
+
+    /// The headers a request carries: the client's forwarded ones, with lingo's own
+    /// `Authorization` in place of the client's when `upstream.api_key_env` is set.
+    fn outgoing<'a>(
+        &'a self,
+        headers: &'a [(HeaderName, HeaderValue)],
+        json: bool,
+    ) -> impl Iterator<Item = (&'a HeaderName, &'a HeaderValue)> {
+        static JSON: HeaderValue = HeaderValue::from_static("application/json");
+        let forwarded = headers
+            .iter()
+            .filter(|(k, _)| self.auth.is_none() || k != header::AUTHORIZATION)
+            .map(|(k, v)| (k, v));
+        let auth = self.auth.iter().map(|v| (&header::AUTHORIZATION, v));
+        let ctype = json.then_some((&header::CONTENT_TYPE, &JSON));
+        forwarded.chain(auth).chain(ctype)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn send_h1(
+        &self,
+        (pool, host, prefix): (&h1::Pool, &str, &str),
+        method: &Method,
+        path: &str,
+        body: &Bytes,
+        headers: &[(HeaderName, HeaderValue)],
+        wait: HeaderWait,
+    ) -> Result<(StatusCode, HeaderMap, UpstreamBody), ProxyError> {
+        let list: Vec<_> = self.outgoing(headers, !body.is_empty()).collect();
+        let inline = body.len() <= h1::INLINE_BODY;
+        let mut wire = Vec::with_capacity(512 + if inline { body.len() } else { 0 });
+        h1::encode_head(&mut wire, method, (prefix, path), host, &list, body.len());
+        let rest: &[u8] = if inline {
+            wire.extend_from_slice(body);
+            &[]
+        } else {
+            body
+        };
+        let sent = pool.request(&wire, rest, method == Method::HEAD);
+        match tokio::time::timeout_at(wait.deadline, sent).await {
+            Err(_) => Err(ProxyError::Timeout(wait.timer)),
+            Ok(Ok(r)) => Ok((r.status, r.headers, UpstreamBody::H1(r.body))),
+            Ok(Err(e)) => Err(self.classify_h1(path, e)),
+        }
+    }
+
+    async fn send_hyper(
+        &self,
+        inner: &hyper_util::client::legacy::Client<Connector, Full<Bytes>>,
+        method: Method,
+        path: &str,
+        body: Bytes,
+        headers: &[(HeaderName, HeaderValue)],
+        wait: HeaderWait,
+    ) -> Result<(StatusCode, HeaderMap, UpstreamBody), ProxyError> {
         let uri = format!("{}{}", self.target, path);
         let build = || {
             let mut req = Request::builder().method(method.clone()).uri(&uri);
-            for (k, v) in headers {
-                if self.auth.is_none() || k != header::AUTHORIZATION {
-                    req = req.header(k, v);
-                }
-            }
-            if let Some(auth) = &self.auth {
-                req = req.header(header::AUTHORIZATION, auth);
-            }
-            if !body.is_empty() {
-                req = req.header(header::CONTENT_TYPE, "application/json");
+            for (k, v) in self.outgoing(headers, !body.is_empty()) {
+                req = req.header(k, v);
             }
             req.body(Full::new(body.clone()))
                 .map_err(|e| ProxyError::Internal(format!("building a request to {path}: {e}")))
         };
         let deadline = wait.deadline;
-        let mut result = self.attempt(build()?, deadline).await;
+        let mut result = attempt(inner, build()?, deadline).await;
         // A pooled connection the server closed while idle fails before any response byte
         // (cpp-httplib under llama.cpp does this after a stream). The server never saw the
         // request, so sending it once more, on a fresh connection, is safe.
         if matches!(&result, Err(e) if closed_before_response(e)) {
-            result = self.attempt(build()?, deadline).await;
+            result = attempt(inner, build()?, deadline).await;
         }
         if let Err(Failure::Timeout) = result {
             return Err(ProxyError::Timeout(wait.timer));
         }
         let resp = result.map_err(|e| self.classify(path, e))?;
         let (parts, body) = resp.into_parts();
-        Ok(UpstreamResponse {
-            status: parts.status,
-            content_type: parts.headers.get(header::CONTENT_TYPE).cloned(),
-            headers: parts.headers,
-            body,
-            bounds: self.bounds,
-        })
+        Ok((parts.status, parts.headers, UpstreamBody::Hyper(body)))
     }
+}
+
+/// A plain `http://host[:port][/prefix]` URL as lingo's own client reaches it.
+fn h1_transport(base: &str, t: &Timeouts) -> Option<Transport> {
+    let uri: http::Uri = base.parse().ok()?;
+    if uri.scheme_str() != Some("http") {
+        return None;
+    }
+    let auth = uri.authority()?;
+    let port = auth.port_u16().unwrap_or(80);
+    let host = match auth.port_u16() {
+        Some(p) => format!("{}:{p}", auth.host()),
+        None => auth.host().to_string(),
+    };
+    let settings = h1::Settings {
+        idle_timeout: t.pool_idle,
+        connect_timeout: t.connect,
+        max_idle: 1024,
+    };
+    Some(Transport::H1 {
+        pool: h1::Pool::new(auth.host(), port, settings),
+        host,
+        prefix: uri.path().trim_end_matches('/').to_string(),
+    })
+}
+
+fn hyper_transport(t: &Timeouts) -> Transport {
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    connector.set_connect_timeout(Some(t.connect));
+    connector.set_keepalive(Some(Duration::from_secs(60)));
+    connector.enforce_http(false);
+    let inner = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(t.pool_idle)
+        // Without a timer, expired idle connections are only noticed at the next checkout:
+        // an upstream that stays open would keep them (and their fds) forever.
+        .pool_timer(hyper_util::rt::TokioTimer::new())
+        .pool_max_idle_per_host(1024)
+        .build(tls(connector));
+    Transport::Hyper(Box::new(inner))
 }
 
 /// TLS for `https://` upstreams (hosted OpenAI-compatible APIs).
@@ -276,16 +383,14 @@ enum Failure {
     Client(hyper_util::client::legacy::Error),
 }
 
-impl Client {
-    async fn attempt(
-        &self,
-        req: Request<Full<Bytes>>,
-        deadline: tokio::time::Instant,
-    ) -> Result<hyper::Response<Incoming>, Failure> {
-        match tokio::time::timeout_at(deadline, self.inner.request(req)).await {
-            Err(_) => Err(Failure::Timeout),
-            Ok(r) => r.map_err(Failure::Client),
-        }
+async fn attempt(
+    inner: &hyper_util::client::legacy::Client<Connector, Full<Bytes>>,
+    req: Request<Full<Bytes>>,
+    deadline: tokio::time::Instant,
+) -> Result<hyper::Response<Incoming>, Failure> {
+    match tokio::time::timeout_at(deadline, inner.request(req)).await {
+        Err(_) => Err(Failure::Timeout),
+        Ok(r) => r.map_err(Failure::Client),
     }
 }
 
@@ -320,20 +425,37 @@ impl Client {
             src = s.source();
         }
         tracing::warn!(upstream = %self.name, url = %self.shown, path, error = %text, "upstream request failed");
+        // hyper-util's connect timer fails the connect with `TimedOut`.
+        let connect = e.is_connect() || io_kind == Some(std::io::ErrorKind::TimedOut);
+        self.io_failure(io_kind, connect)
+    }
+
+    fn classify_h1(&self, path: &str, e: h1::Error) -> ProxyError {
+        tracing::warn!(upstream = %self.name, url = %self.shown, path, error = ?e, "upstream request failed");
+        match e {
+            h1::Error::Connect(io) => self.io_failure(Some(io.kind()), true),
+            h1::Error::Closed { io, .. } => self.io_failure(io.map(|e| e.kind()), false),
+            h1::Error::Protocol(m) => ProxyError::UpstreamProtocol(m),
+        }
+    }
+
+    /// A request that got no response, by what the OS said: the upstream by its configured
+    /// name and what happened in a word (the URL and the OS's text go to the log only).
+    fn io_failure(&self, kind: Option<std::io::ErrorKind>, connect: bool) -> ProxyError {
+        use std::io::ErrorKind as K;
         let name = &self.name;
-        match io_kind {
-            // hyper-util's connect timer fails the connect with `TimedOut`.
-            Some(std::io::ErrorKind::TimedOut) => ProxyError::Timeout(Timer::Connect),
-            Some(std::io::ErrorKind::ConnectionRefused) => {
+        match kind {
+            Some(K::TimedOut) if connect => ProxyError::Timeout(Timer::Connect),
+            Some(K::ConnectionRefused) => {
                 ProxyError::UpstreamRefused(format!("`{name}` refused the connection"))
             }
-            _ if e.is_connect() => {
+            _ if connect => {
                 ProxyError::UpstreamRefused(format!("`{name}` could not be connected to"))
             }
-            Some(std::io::ErrorKind::ConnectionReset) => {
+            Some(K::ConnectionReset) => {
                 ProxyError::UpstreamUnreachable(format!("`{name}` reset the connection"))
             }
-            Some(std::io::ErrorKind::ConnectionAborted) => {
+            Some(K::ConnectionAborted) => {
                 ProxyError::UpstreamUnreachable(format!("`{name}` closed the connection"))
             }
             _ => ProxyError::UpstreamUnreachable(format!(

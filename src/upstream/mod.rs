@@ -1,9 +1,12 @@
 //! Upstream servers: their kinds, the endpoints each kind serves, and how to reach them.
 
+mod body;
 mod client;
 mod detect;
+mod h1;
 mod models;
 
+pub use body::{BodyError, UpstreamBody};
 pub use client::{forward_headers, redact_url, Client, UpstreamResponse};
 pub use detect::{detect_kind, list_models, ModelCard};
 pub use models::Models;

@@ -1,0 +1,119 @@
+//! A response body read from the socket by whoever polls it.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+
+use bytes::Bytes;
+use http_body::{Frame, SizeHint};
+
+use super::framing::{Framing, Step};
+use super::pool::Conn;
+
+/// Why a body stopped before its end.
+#[derive(Debug, thiserror::Error)]
+pub enum BodyError {
+    #[error("the upstream closed the connection before the body ended")]
+    Closed,
+    #[error("reading the upstream body: {0}")]
+    Io(#[from] io::Error),
+    #[error("the upstream body is malformed: {0}")]
+    Framing(&'static str),
+}
+
+/// The body of one response. Read to its end, its connection goes back to the pool;
+/// dropped before, the connection closes (which is what stops a server generating for a
+/// client that left).
+pub struct Body {
+    /// `None` once the body ended (or failed).
+    conn: Option<Conn>,
+    framing: Framing,
+    reusable: bool,
+}
+
+impl Body {
+    pub(super) fn new(conn: Conn, framing: Framing, reusable: bool) -> Body {
+        let mut body = Body {
+            conn: Some(conn),
+            framing,
+            reusable,
+        };
+        // An empty body has ended already: its connection is free now, read or not.
+        if framing == Framing::Length(0) {
+            body.finish();
+        }
+        body
+    }
+
+    fn finish(&mut self) {
+        let Some(conn) = self.conn.take() else { return };
+        // Bytes past the body's end are a server out of step: never reuse that connection.
+        if self.reusable && conn.buf.is_empty() {
+            conn.pool.checkin(conn.io);
+        }
+    }
+
+    fn fail(&mut self, e: BodyError) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        self.conn = None;
+        Poll::Ready(Some(Err(e)))
+    }
+}
+
+impl http_body::Body for Body {
+    type Data = Bytes;
+    type Error = BodyError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        let this = self.get_mut();
+        loop {
+            let Some(conn) = this.conn.as_mut() else {
+                return Poll::Ready(None);
+            };
+            match this.framing.decode(&mut conn.buf) {
+                Err(e) => return this.fail(BodyError::Framing(e)),
+                Ok(Step::Data(d)) => return Poll::Ready(Some(Ok(Frame::data(d)))),
+                Ok(Step::Done) => {
+                    this.finish();
+                    return Poll::Ready(None);
+                }
+                Ok(Step::NeedMore) => {}
+            }
+            match ready!(poll_fill(conn, cx)) {
+                Ok(0) if this.framing.ends_at_close() => {
+                    this.conn = None;
+                    return Poll::Ready(None);
+                }
+                Ok(0) => return this.fail(BodyError::Closed),
+                Ok(_) => {}
+                Err(e) => return this.fail(BodyError::Io(e)),
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.conn.is_none()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match (&self.conn, self.framing) {
+            (None, _) => SizeHint::with_exact(0),
+            (Some(_), Framing::Length(n)) => SizeHint::with_exact(n),
+            _ => SizeHint::default(),
+        }
+    }
+}
+
+/// Read what the socket has into the connection's buffer.
+fn poll_fill(conn: &mut Conn, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+    super::reserve(&mut conn.buf);
+    loop {
+        ready!(conn.io.poll_read_ready(cx))?;
+        match conn.io.try_read_buf(&mut conn.buf) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            done => return Poll::Ready(done),
+        }
+    }
+}

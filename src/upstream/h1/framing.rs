@@ -1,0 +1,234 @@
+//! How an HTTP/1.1 response body is delimited (RFC 9112 §6.3), decoded from the connection's
+//! read buffer as bytes arrive: by length, chunked, or by the connection closing.
+
+use bytes::{Buf, Bytes, BytesMut};
+
+/// A chunk-size line (with any extensions) or a trailer line may take this many bytes.
+const MAX_LINE: usize = 4096;
+
+/// What the buffer gave: data to hand on, nothing yet, or the body's end.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Step {
+    Data(Bytes),
+    NeedMore,
+    Done,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// `content-length`: this many bytes still to come.
+    Length(u64),
+    Chunked(Chunked),
+    /// Neither: the body is whatever arrives until the server closes.
+    Close,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Chunked {
+    /// Before a chunk-size line.
+    Size,
+    /// Inside a chunk's data, this many bytes still to come.
+    Data(u64),
+    /// After a chunk's data: its CRLF.
+    DataEnd,
+    /// After the last (zero-size) chunk: trailer lines until an empty one.
+    Trailers,
+    Done,
+}
+
+impl Framing {
+    /// Take the next piece of body from `buf`. Data is handed on as soon as any is there,
+    /// even mid-chunk: a stream's event is never held for the rest of its chunk.
+    pub fn decode(&mut self, buf: &mut BytesMut) -> Result<Step, &'static str> {
+        match self {
+            Framing::Length(0) => Ok(Step::Done),
+            Framing::Length(left) => {
+                if buf.is_empty() {
+                    return Ok(Step::NeedMore);
+                }
+                let n = take_up_to(buf, left);
+                Ok(Step::Data(n))
+            }
+            Framing::Chunked(c) => c.decode(buf),
+            Framing::Close if buf.is_empty() => Ok(Step::NeedMore),
+            Framing::Close => Ok(Step::Data(buf.split().freeze())),
+        }
+    }
+
+    /// Whether the connection closing now ends the body cleanly.
+    pub fn ends_at_close(&self) -> bool {
+        matches!(self, Framing::Close)
+    }
+}
+
+/// Split off at most `*left` bytes and count them off.
+fn take_up_to(buf: &mut BytesMut, left: &mut u64) -> Bytes {
+    let n = usize::try_from(*left).map_or(buf.len(), |l| l.min(buf.len()));
+    *left -= n as u64;
+    buf.split_to(n).freeze()
+}
+
+impl Chunked {
+    fn decode(&mut self, buf: &mut BytesMut) -> Result<Step, &'static str> {
+        loop {
+            match self {
+                Chunked::Size => {
+                    let Some(line) = take_line(buf)? else {
+                        return Ok(Step::NeedMore);
+                    };
+                    *self = match parse_size(&line)? {
+                        0 => Chunked::Trailers,
+                        n => Chunked::Data(n),
+                    };
+                }
+                Chunked::Data(left) => {
+                    if buf.is_empty() {
+                        return Ok(Step::NeedMore);
+                    }
+                    let data = take_up_to(buf, left);
+                    if *left == 0 {
+                        *self = Chunked::DataEnd;
+                    }
+                    return Ok(Step::Data(data));
+                }
+                Chunked::DataEnd => {
+                    if buf.len() < 2 {
+                        return Ok(Step::NeedMore);
+                    }
+                    if &buf[..2] != b"\r\n" {
+                        return Err("a chunk's data is not followed by CRLF");
+                    }
+                    buf.advance(2);
+                    *self = Chunked::Size;
+                }
+                Chunked::Trailers => {
+                    let Some(line) = take_line(buf)? else {
+                        return Ok(Step::NeedMore);
+                    };
+                    if line.is_empty() {
+                        *self = Chunked::Done;
+                    }
+                }
+                Chunked::Done => return Ok(Step::Done),
+            }
+        }
+    }
+}
+
+/// One CRLF- (or bare LF-) terminated line, without its terminator; `None` until it is all
+/// there.
+fn take_line(buf: &mut BytesMut) -> Result<Option<BytesMut>, &'static str> {
+    let window = &buf[..buf.len().min(MAX_LINE + 1)];
+    let Some(lf) = window.iter().position(|&b| b == b'\n') else {
+        if window.len() > MAX_LINE {
+            return Err("a chunk-size or trailer line is longer than 4096 bytes");
+        }
+        return Ok(None);
+    };
+    let mut line = buf.split_to(lf + 1);
+    line.truncate(lf);
+    if line.last() == Some(&b'\r') {
+        line.truncate(lf - 1);
+    }
+    Ok(Some(line))
+}
+
+/// The hex size at the start of a chunk-size line; extensions after `;` are ignored.
+fn parse_size(line: &[u8]) -> Result<u64, &'static str> {
+    let end = line
+        .iter()
+        .position(|&b| b == b';' || b == b' ' || b == b'\t')
+        .unwrap_or(line.len());
+    let digits = &line[..end];
+    // 15 hex digits stay within u64 with room to spare; more is no body anyone sends.
+    if digits.is_empty() || digits.len() > 15 {
+        return Err("a chunk size is missing or too long");
+    }
+    let mut n = 0u64;
+    for &d in digits {
+        let v = (d as char)
+            .to_digit(16)
+            .ok_or("a chunk size is not hexadecimal")?;
+        n = n << 4 | u64::from(v);
+    }
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Feed `wire` in pieces of `step` bytes, collecting data until the end.
+    fn run(mut f: Framing, wire: &[u8], step: usize) -> Result<(Vec<u8>, bool), &'static str> {
+        let mut buf = BytesMut::new();
+        let mut out = Vec::new();
+        for piece in wire.chunks(step.max(1)) {
+            buf.extend_from_slice(piece);
+            loop {
+                match f.decode(&mut buf)? {
+                    Step::Data(d) => out.extend_from_slice(&d),
+                    Step::NeedMore => break,
+                    Step::Done => return Ok((out, true)),
+                }
+            }
+        }
+        Ok((out, false))
+    }
+
+    const WIRE: &[u8] =
+        b"6\r\ndata: \r\n1a;ext=1\r\nabcdefghijklmnopqrstuvwxyz\r\n0\r\nx-t: 1\r\n\r\n";
+
+    #[test]
+    fn chunked_decodes_whole_and_byte_by_byte() {
+        for step in [1, 2, 3, 7, WIRE.len()] {
+            let (data, done) = run(Framing::Chunked(Chunked::Size), WIRE, step).unwrap();
+            assert_eq!(data, b"data: abcdefghijklmnopqrstuvwxyz", "step {step}");
+            assert!(done, "step {step}");
+        }
+    }
+
+    #[test]
+    fn chunked_hands_on_data_before_the_chunk_is_complete() {
+        let (data, done) = run(Framing::Chunked(Chunked::Size), b"10\r\nhalf", 64).unwrap();
+        assert_eq!((data.as_slice(), done), (&b"half"[..], false));
+    }
+
+    #[test]
+    fn chunked_refuses_bad_framing() {
+        for wire in [
+            &b"zz\r\n"[..],
+            b"3\r\nabcXY",
+            b"\r\n",
+            b"1234567890123456\r\n",
+        ] {
+            assert!(
+                run(Framing::Chunked(Chunked::Size), wire, 64).is_err(),
+                "{wire:?}"
+            );
+        }
+        let long = vec![b'1'; MAX_LINE + 2];
+        assert!(run(Framing::Chunked(Chunked::Size), &long, 64).is_err());
+    }
+
+    #[test]
+    fn length_stops_at_its_count_and_leaves_the_rest() {
+        let mut f = Framing::Length(5);
+        let mut buf = BytesMut::from(&b"helloHTTP/1.1"[..]);
+        assert_eq!(
+            f.decode(&mut buf),
+            Ok(Step::Data(Bytes::from_static(b"hello")))
+        );
+        assert_eq!(f.decode(&mut buf), Ok(Step::Done));
+        assert_eq!(&buf[..], b"HTTP/1.1");
+    }
+
+    #[test]
+    fn close_delimited_takes_everything() {
+        let (data, done) = run(Framing::Close, b"{\"a\":1}\n{\"b\":2}\n", 5).unwrap();
+        assert_eq!(
+            (data.as_slice(), done),
+            (&b"{\"a\":1}\n{\"b\":2}\n"[..], false)
+        );
+        assert!(Framing::Close.ends_at_close());
+    }
+}

@@ -232,8 +232,12 @@ impl ProxyError {
 
 /// Decode JSON into a wire struct, naming the offending field path on failure.
 pub fn decode_json<'a, T: serde::Deserialize<'a>>(body: &'a [u8]) -> Result<T, ProxyError> {
-    let de = &mut serde_json::Deserializer::from_slice(body);
-    serde_path_to_error::deserialize(de).map_err(|e| {
+    // One UTF-8 check for the whole body rather than one per string (`dialect::json`).
+    let result = match std::str::from_utf8(body) {
+        Ok(text) => serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_str(text)),
+        Err(_) => serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_slice(body)),
+    };
+    result.map_err(|e| {
         let path = e.path().to_string();
         let field = if path == "." { String::new() } else { path };
         ProxyError::invalid(field, user_words(&e.into_inner()))

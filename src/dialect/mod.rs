@@ -15,6 +15,7 @@ pub mod vllm_legacy;
 
 pub mod ctx;
 pub mod fields;
+pub mod json;
 mod stream;
 
 pub use ctx::Ctx;

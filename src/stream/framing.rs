@@ -28,14 +28,34 @@ pub struct EventTooLarge {
     pub limit: usize,
 }
 
-/// Accumulates bytes and yields complete frames.
+/// The `data:` lines of the SSE event being read.
+#[derive(Debug)]
+enum Data {
+    None,
+    /// One line, as a slice of the input (most events: no copy).
+    One(Bytes),
+    /// Several, joined by newlines.
+    Many(Vec<u8>),
+}
+
+impl Data {
+    fn len(&self) -> usize {
+        match self {
+            Data::None => 0,
+            Data::One(b) => b.len(),
+            Data::Many(v) => v.len(),
+        }
+    }
+}
+
+/// Accumulates bytes and yields complete frames. Lines that arrive whole are sliced out of
+/// the input rather than copied; only an unfinished line is kept in `buf`.
 #[derive(Debug)]
 pub struct FrameParser {
     framing: Framing,
     buf: BytesMut,
     event: Option<String>,
-    data: Vec<u8>,
-    has_data: bool,
+    data: Data,
     /// The most bytes one event may hold here, unfinished line included.
     limit: usize,
     /// A line or an event went past `limit`.
@@ -48,8 +68,7 @@ impl FrameParser {
             framing,
             buf: BytesMut::new(),
             event: None,
-            data: Vec::new(),
-            has_data: false,
+            data: Data::None,
             limit: usize::MAX,
             over: false,
         }
@@ -71,17 +90,40 @@ impl FrameParser {
     /// Feed bytes; push every frame they complete onto `out`. Fails once one event holds
     /// more than the limit; the parser is then empty and the stream should end.
     pub fn try_feed(&mut self, bytes: &[u8], out: &mut Vec<Frame>) -> Result<(), EventTooLarge> {
+        if self.buf.is_empty() {
+            return self.try_feed_bytes(Bytes::copy_from_slice(bytes), out);
+        }
         self.buf.extend_from_slice(bytes);
-        while let Some(pos) = self.buf.iter().position(|&b| b == b'\n' || b == 0) {
-            let mut line = self.buf.split_to(pos + 1);
+        let input = self.buf.split().freeze();
+        self.lines(input, out)
+    }
+
+    /// `try_feed` for bytes already shared: lines that arrive whole are not copied.
+    pub fn try_feed_bytes(
+        &mut self,
+        bytes: Bytes,
+        out: &mut Vec<Frame>,
+    ) -> Result<(), EventTooLarge> {
+        if self.buf.is_empty() {
+            return self.lines(bytes, out);
+        }
+        self.buf.extend_from_slice(&bytes);
+        let input = self.buf.split().freeze();
+        self.lines(input, out)
+    }
+
+    fn lines(&mut self, mut input: Bytes, out: &mut Vec<Frame>) -> Result<(), EventTooLarge> {
+        while let Some(pos) = memchr::memchr2(b'\n', 0, &input) {
+            let mut line = input.split_to(pos + 1);
             line.truncate(pos);
             if line.last() == Some(&b'\r') {
                 line.truncate(pos - 1);
             }
-            self.line(line.freeze(), out);
-            // The rest of `buf` may hold whole lines still: only the event counts here.
+            self.line(line, out);
+            // The rest of the input may hold whole lines still: only the event counts here.
             self.check(self.data.len())?;
         }
+        self.buf.extend_from_slice(&input);
         self.check(self.pending())
     }
 
@@ -96,8 +138,7 @@ impl FrameParser {
         }
         self.over = false;
         self.buf = BytesMut::new();
-        self.data = Vec::new();
-        self.has_data = false;
+        self.data = Data::None;
         self.event = None;
         Err(EventTooLarge { limit: self.limit })
     }
@@ -150,15 +191,26 @@ impl FrameParser {
         };
         match &name[..] {
             b"data" => {
-                if self.data.len() + usize::from(self.has_data) + value.len() > self.limit {
+                let joined = !matches!(self.data, Data::None);
+                if self.data.len() + usize::from(joined) + value.len() > self.limit {
                     self.over = true;
                     return;
                 }
-                if self.has_data {
-                    self.data.push(b'\n');
-                }
-                self.data.extend_from_slice(&value);
-                self.has_data = true;
+                self.data = match std::mem::replace(&mut self.data, Data::None) {
+                    Data::None => Data::One(value),
+                    Data::One(first) => {
+                        let mut v = Vec::with_capacity(first.len() + 1 + value.len());
+                        v.extend_from_slice(&first);
+                        v.push(b'\n');
+                        v.extend_from_slice(&value);
+                        Data::Many(v)
+                    }
+                    Data::Many(mut v) => {
+                        v.push(b'\n');
+                        v.extend_from_slice(&value);
+                        Data::Many(v)
+                    }
+                };
             }
             b"event" => self.event = Some(String::from_utf8_lossy(&value).into_owned()),
             _ => {}
@@ -166,14 +218,18 @@ impl FrameParser {
     }
 
     fn dispatch(&mut self, out: &mut Vec<Frame>) {
-        if self.has_data {
+        let data = match std::mem::replace(&mut self.data, Data::None) {
+            Data::None => None,
+            Data::One(b) => Some(b),
+            Data::Many(v) => Some(Bytes::from(v)),
+        };
+        if let Some(data) = data {
             out.push(Frame {
                 event: self.event.take(),
-                data: Bytes::from(std::mem::take(&mut self.data)),
+                data,
             });
         }
         self.event = None;
-        self.has_data = false;
     }
 }
 

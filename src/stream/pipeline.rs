@@ -71,6 +71,8 @@ struct State {
     upstream_failed: Option<ProxyError>,
     /// Raw passthrough: the bytes forwarded so far end inside an event.
     mid_event: bool,
+    /// The chunks being joined (kept for its allocation).
+    ready: Vec<Bytes>,
     /// The body's end or error, seen while collecting ready chunks.
     pending: Option<Option<Result<http_body::Frame<Bytes>, BodyError>>>,
 }
@@ -95,6 +97,7 @@ pub fn pipeline(up: Upstream, output: Output) -> impl Stream<Item = Emit> + Send
         decode_errors: 0,
         upstream_failed: None,
         mid_event: false,
+        ready: Vec::new(),
         pending: None,
     };
     futures_util::stream::unfold(state, |mut st| async move {
@@ -154,16 +157,17 @@ impl State {
         let Some(body) = self.body.as_mut() else {
             return first;
         };
-        let mut joined: Option<BytesMut> = None;
-        while joined.as_ref().map_or(first.len(), BytesMut::len) < JOIN_CAP {
+        let mut total = first.len();
+        let mut ready = std::mem::take(&mut self.ready);
+        ready.push(first);
+        while total < JOIN_CAP {
             match body.frame().now_or_never() {
                 // Not ready: what is here goes out now.
                 None => break,
                 Some(Some(Ok(frame))) => {
                     if let Ok(data) = frame.into_data() {
-                        joined
-                            .get_or_insert_with(|| BytesMut::from(&first[..]))
-                            .extend_from_slice(&data);
+                        total += data.len();
+                        ready.push(data);
                     }
                 }
                 // The end or an error: handled by the next step, after this data.
@@ -173,7 +177,19 @@ impl State {
                 }
             }
         }
-        joined.map_or(first, BytesMut::freeze)
+        let joined = match ready.len() {
+            1 => ready.pop().unwrap_or_default(),
+            _ => {
+                // One allocation of the final size, one copy of each piece.
+                let mut out = BytesMut::with_capacity(total);
+                for piece in ready.drain(..) {
+                    out.extend_from_slice(&piece);
+                }
+                out.freeze()
+            }
+        };
+        self.ready = ready;
+        joined
     }
 
     fn passthrough(&self) -> bool {
@@ -182,7 +198,7 @@ impl State {
 
     fn chunk(&mut self, data: Bytes, eof: bool) {
         self.frames.clear();
-        let fed = self.parser.try_feed(&data, &mut self.frames);
+        let fed = self.parser.try_feed_bytes(data.clone(), &mut self.frames);
         if eof && fed.is_ok() {
             self.parser.finish(&mut self.frames);
         }

@@ -57,7 +57,7 @@ pub struct Decoder {
 
 impl Decoder {
     pub fn frame(&mut self, frame: &Frame, out: &mut Vec<Event>) -> Result<(), ProxyError> {
-        let w: EventWire = serde_json::from_slice(&frame.data)
+        let w: EventWire = crate::dialect::json::from_bytes(&frame.data)
             .map_err(|e| ProxyError::UpstreamProtocol(format!("messages event: {e}")))?;
         let name = frame.event.as_deref().unwrap_or(&w.kind);
         match name {

@@ -110,7 +110,7 @@ struct MessageWire {
 }
 
 pub fn decode_response(body: &[u8]) -> Result<Response, ProxyError> {
-    let w: MessageWire = serde_json::from_slice(body)
+    let w: MessageWire = crate::dialect::json::from_bytes(body)
         .map_err(|e| ProxyError::UpstreamProtocol(format!("messages response: {e}")))?;
     let text: String = w
         .content

@@ -225,7 +225,7 @@ enum BodyWire {
 }
 
 pub fn decode(body: &[u8]) -> Result<Response, ProxyError> {
-    let w: BodyWire = serde_json::from_slice(body)
+    let w: BodyWire = crate::dialect::json::from_bytes(body)
         .map_err(|e| ProxyError::UpstreamProtocol(format!("completion response: {e}")))?;
     let items = match w {
         BodyWire::One(r) => vec![*r],

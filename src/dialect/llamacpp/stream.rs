@@ -97,7 +97,7 @@ impl Decoder {
             out.push(Event::Done);
             return Ok(());
         }
-        let w: ResultWire = serde_json::from_slice(&frame.data)
+        let w: ResultWire = crate::dialect::json::from_bytes(&frame.data)
             .map_err(|e| ProxyError::UpstreamProtocol(format!("completion stream event: {e}")))?;
         if let Some(err) = &w.error {
             out.push(Event::Error {

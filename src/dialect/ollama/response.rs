@@ -139,7 +139,7 @@ impl ObjectWire {
 }
 
 pub fn decode(body: &[u8]) -> Result<Response, ProxyError> {
-    let mut w: ObjectWire = serde_json::from_slice(body)
+    let mut w: ObjectWire = crate::dialect::json::from_bytes(body)
         .map_err(|e| ProxyError::UpstreamProtocol(format!("Ollama response: {e}")))?;
     let choice = Choice {
         index: 0,

@@ -81,7 +81,7 @@ impl Decoder {
             out.push(Event::Done);
             return Ok(());
         }
-        let mut w: ObjectWire = serde_json::from_slice(&frame.data)
+        let mut w: ObjectWire = crate::dialect::json::from_bytes(&frame.data)
             .map_err(|e| ProxyError::UpstreamProtocol(format!("Ollama stream line: {e}")))?;
         if let Some(err) = &w.error {
             let message = match err {

@@ -166,7 +166,7 @@ enum BodyWire {
 }
 
 pub fn decode(body: &[u8]) -> Result<Response, ProxyError> {
-    let w: BodyWire = serde_json::from_slice(body)
+    let w: BodyWire = crate::dialect::json::from_bytes(body)
         .map_err(|e| ProxyError::UpstreamProtocol(format!("generate response: {e}")))?;
     let items = match w {
         BodyWire::One(i) => vec![*i],

@@ -167,7 +167,7 @@ impl Decoder {
             out.push(Event::Done);
             return Ok(());
         }
-        let w: ChunkWire = serde_json::from_slice(&frame.data)
+        let w: ChunkWire = crate::dialect::json::from_bytes(&frame.data)
             .map_err(|e| ProxyError::UpstreamProtocol(format!("generate stream chunk: {e}")))?;
         if let Some(err) = w.error {
             out.push(Event::Error {

@@ -93,7 +93,7 @@ pub(super) fn finish_to_wire(f: Option<&Finish>) -> &'static str {
 
 /// Decode a TGI upstream's whole response (its token counts come from the headers).
 pub fn decode(body: &[u8]) -> Result<Response, ProxyError> {
-    let w: BodyWire = serde_json::from_slice(body)
+    let w: BodyWire = crate::dialect::json::from_bytes(body)
         .map_err(|e| ProxyError::UpstreamProtocol(format!("generate response: {e}")))?;
     let w = match w {
         BodyWire::One(r) => r,

@@ -257,7 +257,7 @@ impl Decoder {
             out.push(Event::Done);
             return Ok(());
         }
-        let w: EventWire = serde_json::from_slice(&frame.data)
+        let w: EventWire = crate::dialect::json::from_bytes(&frame.data)
             .map_err(|e| ProxyError::UpstreamProtocol(format!("generate_stream event: {e}")))?;
         if let Some(err) = w.error {
             let message = match err {

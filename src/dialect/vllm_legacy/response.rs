@@ -35,7 +35,7 @@ pub fn decode_response(body: &[u8]) -> Result<Response, ProxyError> {
 
 /// Decode an answer, removing `prompt` from the front of each text.
 pub fn decode_response_for(body: &[u8], prompt: Option<&str>) -> Result<Response, ProxyError> {
-    let w: AnswerWire = serde_json::from_slice(body)
+    let w: AnswerWire = crate::dialect::json::from_bytes(body)
         .map_err(|e| ProxyError::UpstreamProtocol(format!("generate answer: {e}")))?;
     let choices = w
         .text

@@ -89,7 +89,7 @@ impl Decoder {
     }
 
     pub fn frame(&mut self, frame: &Frame, out: &mut Vec<Event>) -> Result<(), ProxyError> {
-        let w: LineWire = serde_json::from_slice(&frame.data)
+        let w: LineWire = crate::dialect::json::from_bytes(&frame.data)
             .map_err(|e| ProxyError::UpstreamProtocol(format!("generate stream line: {e}")))?;
         if let Some(err) = w.error {
             out.push(Event::Error {

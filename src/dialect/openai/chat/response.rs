@@ -39,7 +39,7 @@ struct ChatResponse {
 }
 
 pub fn decode_response(body: &[u8]) -> Result<Response, ProxyError> {
-    let w: ChatResponse = serde_json::from_slice(body)
+    let w: ChatResponse = crate::dialect::json::from_bytes(body)
         .map_err(|e| ProxyError::UpstreamProtocol(format!("chat response: {e}")))?;
     let choices = w
         .choices

@@ -36,7 +36,7 @@ struct CompletionResponse {
 }
 
 pub fn decode_response(body: &[u8]) -> Result<Response, ProxyError> {
-    let w: CompletionResponse = serde_json::from_slice(body)
+    let w: CompletionResponse = crate::dialect::json::from_bytes(body)
         .map_err(|e| ProxyError::UpstreamProtocol(format!("completions response: {e}")))?;
     let choices = w
         .choices

@@ -253,7 +253,7 @@ stop_paths() {
 echo "# lingo against nginx and the routers — $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, $(uname -m)"
 echo "lingo $(git rev-parse --short HEAD); $(nginx -v 2>&1 || echo 'no nginx'); $(wrk -v 2>&1 | head -n 1 | cut -d' ' -f1-2)"
 for pkg in sglang-router vllm-router; do
-  v=$("$VENV/bin/pip" show "$pkg" 2>/dev/null | awk '/^Version/ {print $2}')
+  v=$("$VENV/bin/pip" show "$pkg" 2>/dev/null | awk '/^Version/ {print $2}' || true)
   echo "$pkg ${v:-not installed}, policy $ROUTER_POLICY"
 done
 echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"

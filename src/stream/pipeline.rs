@@ -6,8 +6,12 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+
 use bytes::{Bytes, BytesMut};
 use futures_util::{FutureExt, Stream};
+use http_body::Body as _;
 use http_body_util::BodyExt;
 
 use super::framing::{write_sse, Frame, FrameParser, Framing};
@@ -65,6 +69,8 @@ struct State {
     saw_end: bool,
     finished: bool,
     wait: Duration,
+    /// A wait for the next chunk in progress: since when, and the timer bounding it.
+    waiting: Option<(Instant, crate::error::Timer)>,
     /// Passthrough: upstream events lingo could not decode (forwarded as they came).
     decode_errors: u32,
     /// Passthrough: the upstream's own in-band error, already forwarded with the rest.
@@ -74,12 +80,15 @@ struct State {
     /// The chunks being joined (kept for its allocation).
     ready: Vec<Bytes>,
     /// The body's end or error, seen while collecting ready chunks.
-    pending: Option<Option<Result<http_body::Frame<Bytes>, BodyError>>>,
+    pending: Option<Chunk>,
 }
+
+/// What one wait on the body gives: a frame, an error, or the end.
+type Chunk = Option<Result<http_body::Frame<Bytes>, BodyError>>;
 
 /// Build the client-facing stream over an upstream body.
 pub fn pipeline(up: Upstream, output: Output) -> impl Stream<Item = Emit> + Send {
-    let state = State {
+    Pipeline(State {
         body: Some(up.body),
         dialect: up.dialect,
         parser: FrameParser::new(up.dialect.framing()).with_limit(up.max_event),
@@ -94,45 +103,49 @@ pub fn pipeline(up: Upstream, output: Output) -> impl Stream<Item = Emit> + Send
         saw_end: false,
         finished: false,
         wait: up.header_wait,
+        waiting: None,
         decode_errors: 0,
         upstream_failed: None,
         mid_event: false,
         ready: Vec::new(),
         pending: None,
-    };
-    futures_util::stream::unfold(state, |mut st| async move {
+    })
+}
+
+/// The stream itself, polled in place: the state is never moved between events (a
+/// `stream::unfold` moves it in and out of a future at every step).
+struct Pipeline(State);
+
+impl Stream for Pipeline {
+    type Item = Emit;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Emit>> {
+        let st = &mut self.get_mut().0;
         loop {
             if let Some(e) = st.queue.pop_front() {
-                return Some((e, st));
+                return Poll::Ready(Some(e));
             }
             if st.finished {
-                return None;
+                return Poll::Ready(None);
             }
-            st.step().await;
+            ready!(st.poll_step(cx));
         }
-    })
+    }
 }
 
 impl State {
     /// Read one upstream chunk, with every chunk already received behind it, and queue what
     /// they produce.
-    async fn step(&mut self) {
+    fn poll_step(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         let next = match self.pending.take() {
             Some(next) => next,
-            None => {
-                let Some(body) = self.body.as_mut() else {
-                    return self.fail(ProxyError::Internal(
-                        "the stream was read after it ended".into(),
-                    ));
-                };
-                let t0 = Instant::now();
-                let next = self.timers.chunk(body.frame()).await;
-                self.wait += t0.elapsed();
-                match next {
-                    Ok(next) => next,
-                    Err(e) => return self.fail(e),
+            None => match ready!(self.poll_chunk(cx)) {
+                Ok(next) => next,
+                Err(e) => {
+                    self.fail(e);
+                    return Poll::Ready(());
                 }
-            }
+            },
         };
         match next {
             Some(Ok(frame)) => {
@@ -142,12 +155,39 @@ impl State {
                 }
             }
             Some(Err(e)) => {
-                // hyper's text says nothing a client can use; the log keeps it.
+                // The body's error text says nothing a client can use; the log keeps it.
                 tracing::warn!(error = %e, "upstream stream broke off");
                 self.fail(ProxyError::UpstreamClosed)
             }
             None => self.chunk(Bytes::new(), true),
         }
+        Poll::Ready(())
+    }
+
+    /// The next body frame, within the phase's timer; the time spent waiting is counted.
+    fn poll_chunk(&mut self, cx: &mut Context<'_>) -> Poll<Result<Chunk, ProxyError>> {
+        let Some(body) = self.body.as_mut() else {
+            return Poll::Ready(Err(ProxyError::Internal(
+                "the stream was read after it ended".into(),
+            )));
+        };
+        let (since, timer) = match self.waiting {
+            Some(w) => w,
+            None => {
+                let timer = match self.timers.arm_chunk() {
+                    Ok(t) => t,
+                    Err(e) => return Poll::Ready(Err(e)),
+                };
+                *self.waiting.insert((Instant::now(), timer))
+            }
+        };
+        let done = match Pin::new(body).poll_frame(cx) {
+            Poll::Ready(next) => Ok(next),
+            Poll::Pending => Err(ready!(self.timers.poll_fired(cx, timer))),
+        };
+        self.waiting = None;
+        self.wait += since.elapsed();
+        Poll::Ready(done)
     }
 
     /// Append the body chunks that are ready now, without waiting for any. Servers write an

@@ -110,6 +110,33 @@ impl Timers {
         }
     }
 
+    /// Start waiting for the next body chunk, for callers that poll (the pipeline): the
+    /// timer that will fire, or the shutdown that already came.
+    pub fn arm_chunk(&mut self) -> Result<Timer, ProxyError> {
+        if self.drain.is_expired() {
+            return Err(ProxyError::ShuttingDown);
+        }
+        let (deadline, timer) = self.chunk_deadline();
+        self.sleep.as_mut().reset(deadline);
+        Ok(timer)
+    }
+
+    /// The armed wait's end, if it came: the timer's expiry or the shutdown deadline.
+    pub fn poll_fired(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+        timer: Timer,
+    ) -> std::task::Poll<ProxyError> {
+        if self.sleep.as_mut().poll(cx).is_ready() {
+            return std::task::Poll::Ready(ProxyError::Timeout(timer));
+        }
+        // `expired` is never polled again once it resolved: the flag says so from then on.
+        if self.drain.is_expired() || self.expired.as_mut().poll(cx).is_ready() {
+            return std::task::Poll::Ready(ProxyError::ShuttingDown);
+        }
+        std::task::Poll::Pending
+    }
+
     /// Until the first token its own timer is the bound (queueing and prefill may take
     /// longer than any gap between tokens); after it, `stream_idle`; `total` if sooner.
     fn chunk_deadline(&self) -> (Instant, Timer) {

@@ -9,11 +9,13 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::Poll;
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures_util::task::AtomicWaker;
 use http::{header, HeaderName, HeaderValue, Method, Request, Uri};
 use http_body_util::Full;
 use hyper::client::conn::http1::{Connection, SendRequest};
@@ -22,6 +24,33 @@ use hyper_util::rt::TokioIo;
 use crate::netstamp::{StampedTcp, Stamps};
 
 type Io = TokioIo<StampedTcp>;
+
+/// Polls of the connection and the request within one poll of their task, at most.
+const ROUNDS: usize = 8;
+
+/// The waker [`Conn::drive`] polls with: it notes a wake during the poll (handled by polling
+/// again) and passes any other on to the task's own waker.
+#[derive(Default)]
+struct Wakeup {
+    polling: AtomicBool,
+    woken: AtomicBool,
+    outer: AtomicWaker,
+}
+
+impl Wake for Wakeup {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        // Ordered against `drive`: a wake that sees `polling` set is seen by its check of
+        // `woken` after the poll; one that does not goes to the runtime.
+        self.woken.store(true, Ordering::SeqCst);
+        if !self.polling.load(Ordering::SeqCst) {
+            self.outer.wake();
+        }
+    }
+}
 
 /// One open connection: the request side, the connection future and its stamps.
 pub struct Conn {
@@ -36,21 +65,42 @@ pub struct Conn {
 
 impl Conn {
     /// Run `work` while polling the connection from this same task.
-    pub async fn drive<F: Future>(
-        driver: &mut Pin<Box<Connection<Io, Full<Bytes>>>>,
+    ///
+    /// The two wake each other at every step (the request is queued, its head parsed, each
+    /// chunk handed over, the body wants the next), and a task that wakes itself goes to the
+    /// back of the runtime's queue: behind 511 other streams, once per chunk. So within one
+    /// poll both are polled again while either woke this task meanwhile, up to `ROUNDS` times;
+    /// wakes from elsewhere (the socket) pass through to the runtime as usual.
+    pub async fn drive<C: Future, F: Future>(
+        driver: &mut Pin<Box<C>>,
         ended: &mut bool,
         work: F,
     ) -> F::Output {
         let mut work = std::pin::pin!(work);
+        let wakeup = Arc::new(Wakeup::default());
+        let waker = Waker::from(wakeup.clone());
         std::future::poll_fn(|cx| {
-            // The connection first: it reads the socket and hands the body its next chunk.
-            if !*ended && driver.as_mut().poll(cx).is_ready() {
-                *ended = true;
+            wakeup.outer.register(cx.waker());
+            let mut inner = Context::from_waker(&waker);
+            for _ in 0..ROUNDS {
+                wakeup.polling.store(true, Ordering::SeqCst);
+                wakeup.woken.store(false, Ordering::SeqCst);
+                // The connection first: it reads the socket and hands the body its next chunk.
+                if !*ended && driver.as_mut().poll(&mut inner).is_ready() {
+                    *ended = true;
+                }
+                let out = work.as_mut().poll(&mut inner);
+                wakeup.polling.store(false, Ordering::SeqCst);
+                if out.is_ready() {
+                    return out;
+                }
+                if !wakeup.woken.load(Ordering::SeqCst) {
+                    return Poll::Pending;
+                }
             }
-            match work.as_mut().poll(cx) {
-                Poll::Ready(out) => Poll::Ready(out),
-                Poll::Pending => Poll::Pending,
-            }
+            // Still busy: yield to the other tasks, to be polled again.
+            cx.waker().wake_by_ref();
+            Poll::Pending
         })
         .await
     }
@@ -180,6 +230,60 @@ impl Direct {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    /// Wakes its task on each of its first `n` polls, then is ready.
+    struct SelfWaking {
+        left: usize,
+    }
+
+    impl Future for SelfWaking {
+        type Output = ();
+        fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+            if self.left == 0 {
+                return Poll::Ready(());
+            }
+            self.left -= 1;
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        }
+    }
+
+    struct Count(AtomicUsize);
+
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn wakes_during_a_poll_are_served_in_that_poll_and_bounded() {
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        let waker = Waker::from(count.clone());
+        let mut cx = Context::from_waker(&waker);
+        let mut idle = Box::pin(std::future::pending::<()>());
+        let mut ended = false;
+
+        // Five self-wakes: done within one poll, the runtime never asked to poll again.
+        {
+            let fut = Conn::drive(&mut idle, &mut ended, SelfWaking { left: 5 });
+            let mut fut = std::pin::pin!(fut);
+            assert!(fut.as_mut().poll(&mut cx).is_ready());
+            assert_eq!(count.0.load(Ordering::SeqCst), 0);
+        }
+
+        // More than ROUNDS: the poll yields, asking to be polled again.
+        let fut = Conn::drive(&mut idle, &mut ended, SelfWaking { left: 3 * ROUNDS });
+        let mut fut = std::pin::pin!(fut);
+        assert!(fut.as_mut().poll(&mut cx).is_pending());
+        assert_eq!(count.0.load(Ordering::SeqCst), 1);
+        let mut polls = 1;
+        while fut.as_mut().poll(&mut cx).is_pending() {
+            polls += 1;
+        }
+        assert_eq!(polls, 3);
+    }
 
     #[test]
     fn only_plain_http_without_credentials_is_direct() {

@@ -20,10 +20,10 @@ use nix::sys::socket::{recvmsg, setsockopt, sockopt, ControlMessageOwned, MsgFla
 use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
 use tokio::net::TcpStream;
 
-/// Size of the buffer each read goes through: `recvmsg` needs initialised memory, and
-/// zeroing the caller's (hyper's, up to hundreds of KiB) for every read of a 200-byte event
-/// costs more than copying the bytes once from a buffer zeroed when the stream was made.
-const SCRATCH: usize = 16 * 1024;
+/// Default size of the buffer each read goes through: `recvmsg` needs initialised memory,
+/// and zeroing the caller's (hyper's, up to hundreds of KiB) for every read of a 200-byte
+/// event costs more than copying the bytes once from a buffer zeroed once per stream.
+pub const SCRATCH: usize = 16 * 1024;
 /// A stamp older than this is not believed (the wall clock stepped): the read's time is used.
 const MAX_AGE: Duration = Duration::from_secs(10);
 /// Room for one `SCM_TIMESTAMPNS` control message (a 16-byte header and a timespec).
@@ -85,17 +85,26 @@ pub struct StampedTcp {
     kernel: bool,
     /// Where stamped reads land before they are copied out (empty until the first read).
     scratch: Vec<u8>,
+    /// Its size once allocated: the most one read takes.
+    scratch_len: usize,
 }
 
 impl StampedTcp {
     /// Wrap `tcp`, asking the kernel for receive timestamps.
     pub fn new(tcp: TcpStream) -> StampedTcp {
+        StampedTcp::with_reads_of(tcp, SCRATCH)
+    }
+
+    /// `new`, reading at most `bytes` at a time (a server whose requests are small keeps
+    /// less memory per connection).
+    pub fn with_reads_of(tcp: TcpStream, bytes: usize) -> StampedTcp {
         let kernel = setsockopt(&tcp, sockopt::ReceiveTimestampns, &true).is_ok();
         StampedTcp {
             tcp,
             stamps: Arc::new(Stamps::default()),
             kernel,
             scratch: Vec::new(),
+            scratch_len: bytes.max(1),
         }
     }
 
@@ -148,11 +157,11 @@ impl AsyncRead for StampedTcp {
             return Poll::Ready(Ok(()));
         }
         if this.scratch.is_empty() {
-            this.scratch = vec![0; SCRATCH];
+            this.scratch = vec![0; this.scratch_len];
         }
         loop {
             ready!(this.tcp.poll_read_ready(cx))?;
-            let room = buf.remaining().min(SCRATCH);
+            let room = buf.remaining().min(this.scratch.len());
             let dst = &mut this.scratch[..room];
             let fd = this.tcp.as_raw_fd();
             match this

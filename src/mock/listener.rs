@@ -66,7 +66,8 @@ impl Listener for ResetListener {
                 Ok((tcp, addr)) => {
                     // Streams are many small writes: Nagle would distort the simulated timings.
                     let _ = tcp.set_nodelay(true);
-                    let tcp = StampedTcp::new(tcp);
+                    // Requests are small: 4 KiB reads keep a connection's buffer small.
+                    let tcp = StampedTcp::with_reads_of(tcp, 4096);
                     let reset = ResetOnDrop(Arc::default(), tcp.stamps());
                     return (ResetIo { tcp, reset }, addr);
                 }

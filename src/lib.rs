@@ -11,6 +11,7 @@ pub mod fuzzing;
 pub mod metrics;
 pub mod mock;
 pub mod model;
+pub mod netstamp;
 pub mod proxy;
 pub mod stream;
 pub mod top;

@@ -210,7 +210,9 @@ async fn tokens_come_from_usage_and_counts_per_level_are_exact() {
             (10, 24, false)
         );
         let ttft = r.ttft.unwrap();
-        assert!(ttft < r.e2e, "ttft {ttft:?} e2e {:?}", r.e2e);
+        // Not strictly less: chunks that reached the socket together (this server writes its
+        // whole stream at once) carry the same kernel arrival stamp.
+        assert!(ttft <= r.e2e, "ttft {ttft:?} e2e {:?}", r.e2e);
         // Chunks of 3, 3, 3, 1: the first chunk's tokens are TTFT, the other 7 are gaps.
         assert_eq!(r.itl.len(), 7);
         let itl: f64 = r.itl.iter().sum();

@@ -60,8 +60,12 @@ async fn measured_ttft_and_itl_match_the_mock() {
         assert_eq!((l.ok(), l.fail()), (8, 0), "{:?}", l.errors());
         assert_eq!(l.total_tokens(), 8 * 12);
         for r in &l.results {
-            // Never earlier than the mock's delay.
+            // Never earlier than the mock's delay: the mock counts it from the kernel's stamp
+            // of the request's arrival, the driver from its write and the stamp of the first
+            // token's bytes, so this holds however late either process ran.
             assert!(r.ttft.unwrap() >= ttft, "{:?}", r.ttft);
+            // A plain http:// target is read with kernel stamps: the driver's lag is known.
+            assert!(r.read_lag.is_some() && r.end_lag.is_some(), "{r:?}");
             assert_eq!((r.output_tokens, r.prompt_tokens), (12, 16));
             assert_eq!(r.itl.len(), 11);
         }
@@ -80,6 +84,8 @@ async fn measured_ttft_and_itl_match_the_mock() {
             "{tpot}"
         );
         assert!(!s.self_check.driver_bound, "{:?}", s.self_check.reasons);
+        assert!(s.self_check.driver_share.is_some());
+        assert!(s.self_check.read_lag_p99.is_some());
     }
     // The warmup and both levels, exactly.
     assert_eq!(mock.state.stats().completion_tokens, (1 + 16) * 12);
@@ -352,4 +358,74 @@ async fn vs_url_alternates_targets_level_by_level() {
     );
     let table = lingo::bench::render(&summaries, false);
     assert!(table.contains("B c=2"), "{table}");
+}
+
+/// A server that answers each request whole and then closes the connection without saying
+/// so (as llama.cpp's does after a stream): the next request on that idle connection fails
+/// before any answer, and the driver sends it again on a new one.
+async fn closing_server() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let accepted = std::sync::Arc::new(AtomicUsize::new(0));
+    let count = accepted.clone();
+    tokio::spawn(async move {
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            count.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                // Read the head and a body of Content-Length bytes, then answer and close.
+                loop {
+                    let Ok(n) = tcp.read(&mut chunk).await else {
+                        return;
+                    };
+                    if n == 0 {
+                        return;
+                    }
+                    buf.extend_from_slice(&chunk[..n]);
+                    let text = String::from_utf8_lossy(&buf).to_string();
+                    let Some(head_end) = text.find("\r\n\r\n") else {
+                        continue;
+                    };
+                    let len = text[..head_end]
+                        .lines()
+                        .find_map(|l| {
+                            l.to_ascii_lowercase()
+                                .strip_prefix("content-length:")
+                                .map(|v| v.trim().parse::<usize>().unwrap_or(0))
+                        })
+                        .unwrap_or(0);
+                    if buf.len() >= head_end + 4 + len {
+                        break;
+                    }
+                }
+                let body = r#"{"id":"x","object":"text_completion","created":0,"model":"m","choices":[{"index":0,"text":"a b","logprobs":null,"finish_reason":"length"}],"usage":{"prompt_tokens":16,"completion_tokens":2,"total_tokens":18}}"#;
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = tcp.write_all(answer.as_bytes()).await;
+                let _ = tcp.shutdown().await;
+            });
+        }
+    });
+    (url, accepted)
+}
+
+#[tokio::test]
+async fn a_server_that_closes_idle_connections_costs_no_request() {
+    let (url, accepted) = closing_server().await;
+    let mut cfg = config(&url, Dialect::OpenaiCompletions);
+    cfg.model = Some("m".into());
+    cfg.stream = false;
+    cfg.concurrency = vec![2];
+    cfg.requests_per_level = 6;
+    let levels = run(&cfg).await.unwrap();
+    let l = &levels[0];
+    assert_eq!((l.ok(), l.fail()), (6, 0), "{:?}", l.errors());
+    assert_eq!(l.total_tokens(), 6 * 2);
+    // One connection per request at least (the server closes each after its answer).
+    assert!(accepted.load(std::sync::atomic::Ordering::SeqCst) >= 7);
 }

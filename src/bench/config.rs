@@ -254,6 +254,10 @@ pub struct BenchConfig {
     /// Requests sent all at once before the first level (opening as many connections),
     /// excluded from the results. Default 1.
     pub warmup: u32,
+    /// Closed loop: worker k of C sends its first request `k / C * ramp_up` after the level
+    /// starts, so C streams do not start (and, with a server that paces tokens, go on) in one
+    /// lockstep burst. Default 0: all at once.
+    pub ramp_up: Duration,
     /// Stream the answers (needed for TTFT and ITL). Default true.
     pub stream: bool,
     /// Seed of prompts, lengths, dataset order and arrival times. Default 0.
@@ -304,6 +308,7 @@ impl Default for BenchConfig {
             requests_per_level: 64,
             duration: None,
             warmup: 1,
+            ramp_up: Duration::ZERO,
             stream: true,
             seed: 0,
             timeout: Duration::from_secs(600),

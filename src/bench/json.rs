@@ -43,6 +43,9 @@ pub struct ConfigDoc {
     pub requests_per_level: Option<u32>,
     pub duration_s: Option<f64>,
     pub warmup: u32,
+    /// Closed loop: the span over which the workers' first requests were spread.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ramp_up_s: Option<f64>,
     pub stream: bool,
     pub seed: u64,
     pub timeout_s: f64,
@@ -89,6 +92,7 @@ impl ConfigDoc {
             requests_per_level: (c.requests_per_level != u32::MAX).then_some(c.requests_per_level),
             duration_s: c.duration.map(|d| d.as_secs_f64()),
             warmup: c.warmup,
+            ramp_up_s: (!c.ramp_up.is_zero()).then_some(c.ramp_up.as_secs_f64()),
             stream: c.stream,
             seed: c.seed,
             timeout_s: c.timeout.as_secs_f64(),
@@ -131,6 +135,9 @@ pub struct RequestDoc {
     pub scheduled_s: f64,
     pub sent_s: f64,
     pub lag_s: f64,
+    /// Mean time the answer's bytes waited in the socket before the driver read them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_lag_s: Option<f64>,
     pub ttft_s: Option<f64>,
     pub e2e_s: f64,
     pub tpot_s: Option<f64>,
@@ -177,6 +184,7 @@ impl RequestDoc {
             scheduled_s: r.scheduled.as_secs_f64(),
             sent_s: r.sent.as_secs_f64(),
             lag_s: r.lag.as_secs_f64(),
+            read_lag_s: r.read_lag.map(|l| l.as_secs_f64()),
             ttft_s: r.ttft.map(|t| t.as_secs_f64()),
             e2e_s: r.e2e.as_secs_f64(),
             tpot_s: r.tpot(),

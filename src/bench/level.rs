@@ -71,7 +71,8 @@ impl Level {
         r
     }
 
-    /// Send a prepared request of conversation `key` (see `target`), then stamp its result.
+    /// Send a prepared request of conversation `key` (see `target`), then stamp its result:
+    /// its latencies run from `due`, or from the moment its first byte was written.
     pub async fn send(
         &self,
         item: anyhow::Result<Item>,
@@ -79,12 +80,11 @@ impl Level {
         due: Option<Instant>,
         free: Instant,
     ) -> RequestResult {
-        let sent = Instant::now();
-        let t0 = due.unwrap_or(sent);
-        let mut r = match item {
+        let handoff = Instant::now();
+        let (mut r, wire) = match item {
             Ok(item) => {
                 let session = item.session.as_deref();
-                let mut r = self.target(key).send(item.body, session, t0).await;
+                let (mut r, wire) = self.target(key).send(item.body, session, due).await;
                 r.input_len = item.input_len;
                 r.output_len = item.output_len;
                 // A whole answer without counts or token ids (vLLM's legacy server): with
@@ -94,16 +94,37 @@ impl Level {
                 if uncounted && self.workload.shapes.ignore_eos {
                     r.output_tokens = u64::from(item.output_len);
                 }
-                r
+                (r, wire)
             }
-            Err(e) => failed(ErrorKind::Build, format!("{e:#}"), Duration::ZERO),
+            Err(e) => (
+                failed(ErrorKind::Build, format!("{e:#}"), Duration::ZERO),
+                handoff,
+            ),
         };
-        r.scheduled = t0.saturating_duration_since(self.start);
-        r.sent = sent.saturating_duration_since(self.start);
-        r.lag = sent.saturating_duration_since(free);
+        // Latencies ran from `due`, or in a closed loop from the request's first byte.
+        r.scheduled = due.unwrap_or(wire).saturating_duration_since(self.start);
+        r.sent = handoff.saturating_duration_since(self.start);
+        r.lag = handoff.saturating_duration_since(free);
+        r.to_wire = wire.saturating_duration_since(handoff);
         self.observer.request_done(r.ok);
         r
     }
+}
+
+/// Open the connections the level will hold at once before it starts, so that none is set
+/// up while it is measured: its concurrency (closed loop) or `max_concurrency` (open loop),
+/// shared among the targets.
+async fn open_connections(load: Load, count: u32, targets: &[Arc<Target>]) {
+    let at_once = match load {
+        Load::Concurrency { concurrency } => Some(concurrency.min(count)),
+        Load::Rate {
+            max_concurrency, ..
+        }
+        | Load::Replay { max_concurrency } => max_concurrency.map(|m| m.min(count)),
+    };
+    let Some(n) = at_once else { return };
+    let each = (n as usize).div_ceil(targets.len().max(1));
+    futures_util::future::join_all(targets.iter().map(|t| t.open(each))).await;
 }
 
 /// Run one level of `load` against `targets` (one url, or several sharing the load), with
@@ -142,6 +163,7 @@ pub async fn run(
         Some(client) => scrape::read(client).await,
         None => None,
     };
+    open_connections(load, count, targets).await;
     let cpu_before = process_cpu();
     let level = Arc::new(Level {
         targets: targets.to_vec(),
@@ -158,7 +180,7 @@ pub async fn run(
     let results = match load {
         Load::Concurrency { concurrency } => match dialogues {
             Some(d) => multiturn::run(&level, concurrency, d).await?,
-            None => closed::run(&level, concurrency).await?,
+            None => closed::run(&level, concurrency, config.ramp_up).await?,
         },
         Load::Rate {
             rate,

@@ -24,6 +24,12 @@ pub struct Meter {
     error: Option<(ErrorKind, String)>,
     /// The answer's text so far, when it is kept (multi-turn), at most `MAX_ANSWER` bytes.
     answer: Option<String>,
+    /// How long the body's bytes waited in the socket before the driver read them, summed
+    /// over `reads` (only where the kernel stamps them).
+    lag: Duration,
+    reads: u32,
+    /// The lag of the last stamped read: how long the answer's end waited for the driver.
+    last_lag: Option<Duration>,
 }
 
 impl Meter {
@@ -39,7 +45,28 @@ impl Meter {
             finished: false,
             error: None,
             answer: None,
+            lag: Duration::ZERO,
+            reads: 0,
+            last_lag: None,
         }
+    }
+
+    /// One read found bytes that had arrived `lag` earlier.
+    pub fn lagged(&mut self, lag: Duration) {
+        self.lag += lag;
+        self.reads += 1;
+        self.last_lag = Some(lag);
+    }
+
+    /// How long the last stamped read had waited: after the final one, the time the driver
+    /// still took to see the end of an answer the server had finished sending.
+    pub fn end_lag(&self) -> Option<Duration> {
+        self.last_lag
+    }
+
+    /// The mean of `lagged`, if any read was stamped.
+    pub fn read_lag(&self) -> Option<Duration> {
+        (self.reads > 0).then(|| self.lag / self.reads)
     }
 
     /// Keep the answer's text (for a conversation's next turn).
@@ -115,8 +142,12 @@ impl Meter {
             (true, Some(t)) => t.duration_since(self.t0),
             _ => end.duration_since(self.t0),
         };
+        let read_lag = self.read_lag();
+        let end_lag = self.last_lag;
         let (kind, error) = self.error.unzip();
         RequestResult {
+            read_lag,
+            end_lag,
             ok,
             error,
             kind,

@@ -18,6 +18,7 @@
 mod closed;
 pub mod compare;
 mod config;
+mod conn;
 mod conversation;
 pub mod csv;
 mod dataset;
@@ -141,11 +142,18 @@ async fn connect(config: &BenchConfig, index: usize, url: &str) -> (Target, Opti
         ..Timeouts::default()
     };
     let mut client = Client::new(url, &timeouts);
+    let mut auth = None;
     if let Some(key) = &config.api_key {
         match client.clone().with_api_key(key) {
             Ok(c) => client = c,
             Err(e) => tracing::warn!(error = %e, "API key not used"),
         }
+        auth = http::HeaderValue::try_from(format!("Bearer {key}"))
+            .ok()
+            .map(|mut v| {
+                v.set_sensitive(true);
+                v
+            });
     }
     let model = match (&config.model, config.dialect) {
         (Some(m), _) => Some(m.clone()),
@@ -158,6 +166,7 @@ async fn connect(config: &BenchConfig, index: usize, url: &str) -> (Target, Opti
     };
     let target = Target {
         index,
+        direct: conn::Direct::parse(url, auth, timeouts.connect),
         client,
         dialect: config.dialect,
         stream: config.stream,
@@ -298,12 +307,7 @@ async fn dataset_items(
 async fn warmup(target: &Target, workload: &Workload, count: u32, seq: u64) -> anyhow::Result<()> {
     let sends = (0..u64::from(count)).map(|i| async move {
         let body = workload.item(i, seq + i)?.body;
-        Ok::<_, anyhow::Error>(
-            target
-                .send(body, None, std::time::Instant::now())
-                .await
-                .error,
-        )
+        Ok::<_, anyhow::Error>(target.send(body, None, None).await.0.error)
     });
     let errors = futures_util::future::join_all(sends).await;
     let mut last_error = None;

@@ -57,10 +57,14 @@ pub struct RequestResult {
     /// Why the request failed (status, transport, timeout, in-band error, unfinished stream).
     pub error: Option<String>,
     pub kind: Option<ErrorKind>,
-    /// When the request was due: its arrival time (open loop), or its send time (closed loop).
+    /// When the request was due: its arrival time (open loop), or its send time (closed loop;
+    /// with kernel stamps the moment its first byte was written).
     pub scheduled: Duration,
     /// When the driver handed it to the connection.
     pub sent: Duration,
+    /// From `sent` to the moment its first byte was written (plain `http://` targets, where
+    /// a closed loop's `scheduled` is that moment; zero elsewhere).
+    pub to_wire: Duration,
     /// How late the driver sent it: from the moment it was free to go (its arrival time, or
     /// the moment a `max_concurrency` slot or a closed-loop worker came free) to `sent`.
     pub lag: Duration,
@@ -88,6 +92,13 @@ pub struct RequestResult {
     pub turn: Option<u32>,
     /// The answer's text, kept only when a later turn needs it (multi-turn).
     pub answer: Option<String>,
+    /// How long the answer's bytes waited in the socket before the driver read them, on
+    /// average over its reads: the driver's own lateness, kept out of the latencies above.
+    /// `None` where the kernel gives no receive stamps (TLS targets).
+    pub read_lag: Option<Duration>,
+    /// How long the answer's last bytes waited before the driver read them: time the driver
+    /// took after the server was done (with `read_lag`, where stamps exist).
+    pub end_lag: Option<Duration>,
 }
 
 impl RequestResult {

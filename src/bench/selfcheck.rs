@@ -2,23 +2,33 @@
 //! late requests left against their schedule (send lag), and the driver's own CPU use.
 //!
 //! The rule: a level is driver-bound when its send-lag p99 exceeds `LAG_LIMIT` (10 ms), or the
-//! driver's process used more than `CPU_LIMIT` (90 %) of the cores its runtime runs on. Either
-//! means the driver, not the server, may have set the pace, so the level's figures understate
-//! what the server can do. The CPU is the whole process's: run against a server in another
-//! process (as `lingo bench` does) for it to be the driver's alone.
+//! driver's own share of the requests' time exceeds `SHARE_LIMIT` (10 %), or the driver's
+//! process used more than `CPU_LIMIT` (90 %) of the cores its runtime runs on. Each means the
+//! driver, not the server, may have set the pace, so the level's figures understate what the
+//! server can do. The CPU is the whole process's: run against a server in another process (as
+//! `lingo bench` does) for it to be the driver's alone.
+//!
+//! The share needs the kernel's receive stamps (plain `http://` targets): per request, the
+//! driver's time is its send lag plus how long the answer's last bytes waited in the socket
+//! before the driver read them, and the server's is from the send to those bytes' arrival.
+//! It is what catches a driver that cannot keep up with a fast server on a shared machine,
+//! where its CPU stays under the limit because the server takes the rest: the server
+//! finishes each answer early and the driver is still reading it.
 
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use super::config::{Load, Rate};
-use super::report::LevelReport;
+use super::report::{LevelReport, RequestResult};
 use super::stats::quantile_sorted;
 
 /// Send-lag p99 above this marks a level as driver-bound.
 pub const LAG_LIMIT: Duration = Duration::from_millis(10);
 /// CPU use above this fraction of the runtime's cores marks a level as driver-bound.
 pub const CPU_LIMIT: f64 = 0.9;
+/// The driver's share of the requests' time above this marks a level as driver-bound.
+pub const SHARE_LIMIT: f64 = 0.1;
 
 /// USER_HZ: the unit of `/proc/self/stat` times, 100 on every Linux architecture in use.
 const TICKS_PER_SECOND: f64 = 100.0;
@@ -51,6 +61,16 @@ pub struct SelfCheck {
     pub send_lag_p50: Option<f64>,
     pub send_lag_p99: Option<f64>,
     pub send_lag_max: Option<f64>,
+    /// Over requests, the mean time their bytes waited in the socket before the driver read
+    /// them (kernel stamps only): the driver's lateness, which the latencies leave out.
+    #[serde(default)]
+    pub read_lag_p50: Option<f64>,
+    #[serde(default)]
+    pub read_lag_p99: Option<f64>,
+    /// The driver's share of the requests' time: (send lag + end lag) over that plus the
+    /// server's time from send to the answer's last byte (kernel stamps only).
+    #[serde(default)]
+    pub driver_share: Option<f64>,
     /// Driver CPU over the level's wall time: 1.0 is one core busy.
     pub cpu: Option<f64>,
     /// Worker threads of the driver's runtime.
@@ -88,6 +108,11 @@ impl SelfCheck {
             .cpu
             .filter(|_| wall > 0.0)
             .map(|c| c.as_secs_f64() / wall);
+        let mut read_lags: Vec<f64> = rs
+            .iter()
+            .filter_map(|r| r.read_lag.map(|l| l.as_secs_f64()))
+            .collect();
+        read_lags.sort_by(f64::total_cmp);
         let mut check = SelfCheck {
             target_rate,
             scheduled_rate,
@@ -96,6 +121,9 @@ impl SelfCheck {
             send_lag_p50: quantile_sorted(&lags, 0.5),
             send_lag_p99: quantile_sorted(&lags, 0.99),
             send_lag_max: lags.last().copied(),
+            read_lag_p50: quantile_sorted(&read_lags, 0.5),
+            read_lag_p99: quantile_sorted(&read_lags, 0.99),
+            driver_share: driver_share(rs),
             cpu,
             cores: level.cores,
             driver_bound: false,
@@ -106,6 +134,14 @@ impl SelfCheck {
                 "send lag p99 {:.1} ms > {} ms",
                 p99 * 1e3,
                 LAG_LIMIT.as_millis()
+            ));
+        }
+        if let Some(share) = check.driver_share.filter(|s| *s > SHARE_LIMIT) {
+            check.reasons.push(format!(
+                "the driver took {:.0}% of the requests' time (> {:.0}%): sending late and \
+                 reading answers the server had already sent",
+                share * 100.0,
+                SHARE_LIMIT * 100.0
             ));
         }
         let limit = CPU_LIMIT * level.cores.max(1) as f64;
@@ -120,6 +156,23 @@ impl SelfCheck {
         check.driver_bound = !check.reasons.is_empty();
         check
     }
+}
+
+/// Σ driver time / Σ (driver + server time) over the requests whose end was stamped: the
+/// driver's is its send lag, the hand-over to the wire and the end lag; the server's from the
+/// first byte written to the arrival of the last.
+fn driver_share(rs: &[RequestResult]) -> Option<f64> {
+    let (mut driver, mut total) = (0.0, 0.0);
+    for r in rs {
+        let Some(end) = r.end_lag else { continue };
+        let server = (r.scheduled + r.e2e)
+            .saturating_sub(r.sent + r.to_wire)
+            .as_secs_f64();
+        let own = (r.lag + r.to_wire + end).as_secs_f64();
+        driver += own;
+        total += own + server;
+    }
+    (total > 0.0).then(|| driver / total)
 }
 
 #[cfg(test)]
@@ -161,11 +214,44 @@ mod tests {
         assert!((c.mean_in_flight - 2.45).abs() < 1e-9);
         assert_eq!(c.cpu, Some(0.25));
 
+        assert_eq!(c.driver_share, None, "no stamps, no share");
+
         l.results[99].lag = Duration::from_millis(50);
         l.results[98].lag = Duration::from_millis(50);
         l.cpu = Some(Duration::from_secs(4));
         let c = SelfCheck::of(&l);
         assert!(c.driver_bound);
         assert_eq!(c.reasons.len(), 2, "{:?}", c.reasons);
+    }
+
+    /// A closed loop at c=512 against a fast server: each answer arrived (by the kernel's
+    /// stamps) 2 ms after its send, but the driver read its end 30 ms later; against a paced
+    /// server the same driver lags 3 ms behind answers that take 680 ms.
+    #[test]
+    fn the_driver_share_tells_a_fast_server_from_a_paced_one() {
+        let closed = |e2e_ms: u64, end_lag_ms: u64| {
+            let rs: Vec<_> = (0..512)
+                .map(|_| RequestResult {
+                    end_lag: Some(Duration::from_millis(end_lag_ms)),
+                    read_lag: Some(Duration::from_millis(end_lag_ms / 2)),
+                    lag: Duration::from_micros(100),
+                    ..ok(256, 1, e2e_ms)
+                })
+                .collect();
+            let mut l = level(rs);
+            l.load = Load::Concurrency { concurrency: 512 };
+            l.cpu = Some(Duration::from_secs(1));
+            SelfCheck::of(&l)
+        };
+        let fast = closed(2, 30);
+        assert!(fast.driver_bound, "{fast:?}");
+        assert!(fast.driver_share.unwrap() > 0.9);
+        assert_eq!(fast.reasons.len(), 1, "{:?}", fast.reasons);
+        assert!(fast.reasons[0].contains("the driver took"));
+        assert_eq!(fast.read_lag_p50, Some(0.015));
+
+        let paced = closed(680, 3);
+        assert!(!paced.driver_bound, "{paced:?}");
+        assert!(paced.driver_share.unwrap() < 0.01);
     }
 }

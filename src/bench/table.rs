@@ -179,6 +179,17 @@ fn self_check_line(name: &str, s: &Summary) -> String {
         ms(c.send_lag_max),
         c.mean_in_flight
     );
+    if c.read_lag_p50.is_some() {
+        let _ = write!(
+            line,
+            "; read lag p50 {} p99 {} ms",
+            ms(c.read_lag_p50),
+            ms(c.read_lag_p99)
+        );
+    }
+    if let Some(share) = c.driver_share {
+        let _ = write!(line, "; driver's share {:.1}%", share * 100.0);
+    }
     if let Some(cpu) = c.cpu {
         let _ = write!(
             line,
@@ -189,9 +200,14 @@ fn self_check_line(name: &str, s: &Summary) -> String {
     }
     match c.driver_bound {
         true => {
-            let _ = write!(line, " -- DRIVER-BOUND: {}", c.reasons.join("; "));
+            let _ = write!(
+                line,
+                " -- DRIVER-BOUND (the driver, not the server, set the pace: the figures \
+                 understate the server): {}",
+                c.reasons.join("; ")
+            );
         }
-        false => line.push_str(" -- kept up"),
+        false => line.push_str(" -- kept up (the server set the pace)"),
     }
     line
 }

@@ -1,7 +1,8 @@
 //! Plays generated sequences out over time: an incremental SSE body, or one delayed response.
 //!
-//! Timing: the first chunk goes out once the request holds a running permit (see `sched`), plus
-//! `ttft` and the prefill of its uncached prompt tokens; each later chunk of `t` tokens
+//! Timing: the first chunk goes out `ttft` plus the prefill of its uncached prompt tokens after
+//! the request arrived (see `clock`), and after any wait for a running permit (see `sched`), on
+//! a precise timer; each later chunk of `t` tokens
 //! `t * itl` after the previous one (deadline-based, so encoding time does not add drift). With
 //! all delays zero the driver never sleeps or reads the tokio clock. Chunks of all sequences of
 //! a request advance together, one step of `tokens_per_chunk` tokens at a time, as a batch
@@ -93,6 +94,7 @@ pub(crate) fn stream<E: Encoder>(
         total: generation.seqs.iter().map(Seq::len).max().unwrap_or(0),
         chunk: chunk_size(&state),
         deadline: paced.then(Instant::now),
+        arrived: super::clock::arrived(),
         usage: (generation.prompt_tokens, generation.completion_tokens),
         guard: Some(generation.guard),
         seqs: generation.seqs,
@@ -132,6 +134,8 @@ struct Driver<E> {
     started: bool,
     /// When the next chunk is due; `None` when the mock has no delays.
     deadline: Option<Instant>,
+    /// When the request arrived (the kernel's stamp of its bytes), if known.
+    arrived: Option<std::time::Instant>,
 }
 
 impl<E: Encoder> Driver<E> {
@@ -205,11 +209,15 @@ impl<E: Encoder> Driver<E> {
             return;
         };
         let delay = guard.start().await;
+        let queued = guard.queued();
         if let Some(deadline) = &mut self.deadline {
-            // Time spent queued is not caught up on later.
-            *deadline = Instant::now() + delay;
-            if delay > Duration::ZERO {
-                tokio::time::sleep_until(*deadline).await;
+            // From the arrival, plus any time spent queued (not caught up on later).
+            let now = std::time::Instant::now();
+            let from = self.arrived.map_or(now, |a| a.min(now)) + queued;
+            let due = from + delay;
+            *deadline = due.into();
+            if due > now {
+                super::clock::sleep_until(due).await;
             }
         }
         if let Some(guard) = self.guard.as_mut() {

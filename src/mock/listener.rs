@@ -3,6 +3,9 @@
 //!
 //! Served through a plain `axum::serve(listener, router(state))` the mock still works; `reset`
 //! then closes with a FIN, which a client sees as the same "no response" but not as a reset.
+//!
+//! The connections also keep the kernel's receive stamp of their last read (see `netstamp`),
+//! so a request's TTFT can run from when its bytes arrived, not from when its handler ran.
 
 use std::io;
 use std::net::SocketAddr;
@@ -14,16 +17,24 @@ use std::task::{Context, Poll};
 use axum::extract::connect_info::Connected;
 use axum::serve::{IncomingStream, Listener};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
+
+use crate::netstamp::{StampedTcp, Stamps};
 
 /// Per-connection switch: once armed, the connection resets when hyper drops it. Reaches the
-/// handlers as `ConnectInfo<ResetOnDrop>`.
+/// handlers as `ConnectInfo<ResetOnDrop>`, with the connection's receive stamps.
 #[derive(Debug, Clone, Default)]
-pub struct ResetOnDrop(Arc<AtomicBool>);
+pub struct ResetOnDrop(Arc<AtomicBool>, Arc<Stamps>);
 
 impl ResetOnDrop {
     pub(crate) fn arm(&self) {
         self.0.store(true, Ordering::Release);
+    }
+
+    /// When the bytes the connection read last reached its socket: a request's arrival, read
+    /// as its handler starts.
+    pub(crate) fn arrived(&self) -> Option<std::time::Instant> {
+        self.1.received()
     }
 }
 
@@ -32,7 +43,7 @@ pub struct ResetListener(pub TcpListener);
 
 /// One accepted connection.
 pub struct ResetIo {
-    tcp: TcpStream,
+    tcp: StampedTcp,
     reset: ResetOnDrop,
 }
 
@@ -40,7 +51,7 @@ impl Drop for ResetIo {
     fn drop(&mut self) {
         if self.reset.0.load(Ordering::Acquire) {
             // Closing with SO_LINGER 0 sends an RST and discards unsent data, as a crash would.
-            let _ = self.tcp.set_zero_linger();
+            let _ = self.tcp.tcp().set_zero_linger();
         }
     }
 }
@@ -55,7 +66,9 @@ impl Listener for ResetListener {
                 Ok((tcp, addr)) => {
                     // Streams are many small writes: Nagle would distort the simulated timings.
                     let _ = tcp.set_nodelay(true);
-                    let reset = ResetOnDrop::default();
+                    // Requests are small: 4 KiB reads keep a connection's buffer small.
+                    let tcp = StampedTcp::with_reads_of(tcp, 4096);
+                    let reset = ResetOnDrop(Arc::default(), tcp.stamps());
                     return (ResetIo { tcp, reset }, addr);
                 }
                 Err(err) => {
@@ -106,7 +119,7 @@ impl AsyncWrite for ResetIo {
     }
 
     fn is_write_vectored(&self) -> bool {
-        self.tcp.is_write_vectored()
+        self.tcp.tcp().is_write_vectored()
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {

@@ -9,7 +9,7 @@
 //!
 //! Module map: `routes` (router, controls) -> `openai` / `sglang` / `tgi` (parse, validate,
 //! encode) -> `generate` (whole sequences up front) -> `driver` (timing, hold, injected
-//! failures) -> `sse`.
+//! failures; `clock` dates arrivals and times first tokens) -> `sse`.
 //! `state` holds the counters; a `RequestGuard` dropped unfinished counts an abort.
 //! `sched` is the simulated scheduler a guard enters once its prompts are known (running cap,
 //! FIFO queue, the `cache` prefix LRU, prefill cost); `metrics` and `load` export its figures.
@@ -40,6 +40,7 @@
 //! 1, its default).
 
 mod cache;
+mod clock;
 mod driver;
 mod error;
 mod fault;

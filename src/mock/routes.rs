@@ -11,6 +11,7 @@ use http::StatusCode;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use super::clock;
 use super::state::MockState;
 use super::{
     inject, llamacpp, load, ollama, openai, sglang, tgi, tokenize, FailMode, FaultMode, MockKind,
@@ -92,6 +93,8 @@ pub fn router(state: Arc<MockState>) -> Router {
             inject::middleware,
         ))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        // Outermost: the arrival is read before anything else runs.
+        .layer(axum::middleware::from_fn(clock::middleware))
         .with_state(state)
 }
 

@@ -100,6 +100,15 @@ pub(crate) struct Slot {
     held: u64,
 }
 
+impl Slot {
+    /// How long it waited for a running permit (zero until it started).
+    pub fn queued(&self) -> Duration {
+        self.started.map_or(Duration::ZERO, |s| {
+            s.saturating_duration_since(self.arrived)
+        })
+    }
+}
+
 /// A request that started running: its first-token delay and its cache query.
 pub(crate) struct Started {
     /// `ttft + prefill_per_token * uncached prompt tokens`.

@@ -265,6 +265,13 @@ impl RequestGuard {
         started.delay
     }
 
+    /// How long the request waited for a running permit.
+    pub(crate) fn queued(&self) -> std::time::Duration {
+        self.slot
+            .as_ref()
+            .map_or(std::time::Duration::ZERO, Slot::queued)
+    }
+
     /// The first token is out: the prompt enters the cache and the timings are recorded.
     pub(crate) fn first_token(&mut self) {
         let state = &self.state;

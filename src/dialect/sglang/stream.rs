@@ -3,7 +3,7 @@
 
 use bytes::{BufMut, BytesMut};
 use serde::Deserialize;
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use super::response::{finish_from_json, meta_info};
 use crate::dialect::Ctx;
@@ -27,7 +27,7 @@ struct Out<'a> {
     text: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     output_ids: Option<&'a [u32]>,
-    meta_info: Map<String, Value>,
+    meta_info: super::response::MetaInfo,
     #[serde(skip_serializing_if = "Option::is_none")]
     index: Option<u32>,
 }

@@ -324,6 +324,22 @@ impl Default for BenchConfig {
 }
 
 impl BenchConfig {
+    /// Prompt lengths drawn around `input_len` (`input_range`).
+    pub fn input_span(&self) -> super::workload::Span {
+        super::workload::Span {
+            len: self.input_len,
+            range: self.input_range,
+        }
+    }
+
+    /// Output lengths drawn around `output_len` (`output_range`).
+    pub fn output_span(&self) -> super::workload::Span {
+        super::workload::Span {
+            len: self.output_len,
+            range: self.output_range,
+        }
+    }
+
     /// The OpenAI extensions the requests may use.
     pub fn flavor(&self) -> crate::dialect::openai::Flavor {
         match self.standard_api {

@@ -61,7 +61,7 @@ use crate::dialect::Dialect;
 use crate::upstream::{list_models, Client};
 use exchange::Target;
 use tokens::{Calibration, Counter};
-use workload::{Items, Shapes, Span, TextShape, Workload};
+use workload::{Items, Shapes, TextShape, Workload};
 
 /// Longest wait for a TCP connection, when the request timeout is longer.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -227,14 +227,8 @@ async fn prepare(
             Items::Dataset(dataset_items(config, samples, counter.as_ref()).await?)
         }
         _ => Items::Random {
-            input: Span {
-                len: config.input_len,
-                range: config.input_range,
-            },
-            output: Span {
-                len: config.output_len,
-                range: config.output_range,
-            },
+            input: config.input_span(),
+            output: config.output_span(),
         },
     };
     let mut workload = Workload {
@@ -258,14 +252,8 @@ fn dialogues(config: &BenchConfig, w: &Workload) -> conversation::Dialogues {
     conversation::Dialogues {
         conversations: config.conversations,
         turns: config.turns,
-        input: Span {
-            len: config.input_len,
-            range: config.input_range,
-        },
-        output: Span {
-            len: config.output_len,
-            range: config.output_range,
-        },
+        input: config.input_span(),
+        output: config.output_span(),
         system: conversation::Dialogues::system_prompt(w, config.system_prompt_len),
     }
 }

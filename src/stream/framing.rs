@@ -90,12 +90,7 @@ impl FrameParser {
     /// Feed bytes; push every frame they complete onto `out`. Fails once one event holds
     /// more than the limit; the parser is then empty and the stream should end.
     pub fn try_feed(&mut self, bytes: &[u8], out: &mut Vec<Frame>) -> Result<(), EventTooLarge> {
-        if self.buf.is_empty() {
-            return self.try_feed_bytes(Bytes::copy_from_slice(bytes), out);
-        }
-        self.buf.extend_from_slice(bytes);
-        let input = self.buf.split().freeze();
-        self.lines(input, out)
+        self.try_feed_bytes(Bytes::copy_from_slice(bytes), out)
     }
 
     /// `try_feed` for bytes already shared: lines that arrive whole are not copied.

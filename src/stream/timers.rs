@@ -96,22 +96,8 @@ impl Timers {
         }
     }
 
-    /// Wait for the next body chunk, bounded by the phase's timer.
-    pub async fn chunk<T>(&mut self, f: impl Future<Output = T>) -> Result<T, ProxyError> {
-        if self.drain.is_expired() {
-            return Err(ProxyError::ShuttingDown);
-        }
-        let (deadline, timer) = self.chunk_deadline();
-        self.sleep.as_mut().reset(deadline);
-        tokio::select! {
-            r = f => Ok(r),
-            () = self.sleep.as_mut() => Err(ProxyError::Timeout(timer)),
-            () = self.expired.as_mut() => Err(ProxyError::ShuttingDown),
-        }
-    }
-
-    /// Start waiting for the next body chunk, for callers that poll (the pipeline): the
-    /// timer that will fire, or the shutdown that already came.
+    /// Start waiting for the next body chunk (the pipeline polls the body itself, then
+    /// `poll_fired`): the timer that will fire, or the shutdown that already came.
     pub fn arm_chunk(&mut self) -> Result<Timer, ProxyError> {
         if self.drain.is_expired() {
             return Err(ProxyError::ShuttingDown);
@@ -158,7 +144,20 @@ fn far_future() -> Instant {
 
 #[cfg(test)]
 mod tests {
+    use std::task::Poll;
+
     use super::*;
+
+    /// One wait for a chunk as the pipeline makes it: arm, then poll `f`, then the timers.
+    async fn chunk<T>(t: &mut Timers, f: impl Future<Output = T>) -> Result<T, ProxyError> {
+        let timer = t.arm_chunk()?;
+        let mut f = std::pin::pin!(f);
+        std::future::poll_fn(|cx| match f.as_mut().poll(cx) {
+            Poll::Ready(v) => Poll::Ready(Ok(v)),
+            Poll::Pending => t.poll_fired(cx, timer).map(Err),
+        })
+        .await
+    }
 
     fn timeouts(first_token: u64, headers: u64, idle: u64, total: Option<u64>) -> Timeouts {
         Timeouts {
@@ -189,18 +188,18 @@ mod tests {
         let mut t = Timers::start(&timeouts(100, 600, 50, Some(1000)), now(), &d, true);
         let never = std::future::pending::<()>;
         assert_eq!(
-            t.chunk(never()).await,
+            chunk(&mut t, never()).await,
             Err(ProxyError::Timeout(Timer::FirstToken))
         );
         t.token_seen();
         assert_eq!(
-            t.chunk(never()).await,
+            chunk(&mut t, never()).await,
             Err(ProxyError::Timeout(Timer::StreamIdle))
         );
-        assert_eq!(t.chunk(async { 7 }).await, Ok(7));
+        assert_eq!(chunk(&mut t, async { 7 }).await, Ok(7));
         let mut t = Timers::start(&timeouts(100, 600, 50, Some(10)), now(), &d, true);
         assert_eq!(
-            t.chunk(never()).await,
+            chunk(&mut t, never()).await,
             Err(ProxyError::Timeout(Timer::Total))
         );
         let mut t = Timers::start(&timeouts(100, 600, 50, Some(10)), now(), &d, false);
@@ -215,8 +214,24 @@ mod tests {
         d.start();
         d.expire();
         let never = std::future::pending::<()>;
-        assert_eq!(t.chunk(never()).await, Err(ProxyError::ShuttingDown));
+        assert_eq!(chunk(&mut t, never()).await, Err(ProxyError::ShuttingDown));
         let slow = async { std::future::pending::<Result<(), ProxyError>>().await };
         assert_eq!(t.guard(slow).await, Err(ProxyError::ShuttingDown));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_end_of_the_grace_cuts_a_wait_already_under_way() {
+        let d = Drain::default();
+        let mut t = Timers::start(&timeouts(100_000, 600_000, 50_000, None), now(), &d, true);
+        let ends = async {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            d.start();
+            d.expire();
+        };
+        let wait = chunk(&mut t, std::future::pending::<()>());
+        // Bounded, so a wait the expiry fails to reach fails the test rather than hanging it.
+        let wait = tokio::time::timeout(Duration::from_secs(60), wait);
+        let (got, ()) = tokio::join!(wait, ends);
+        assert_eq!(got, Ok(Err(ProxyError::ShuttingDown)));
     }
 }

@@ -3,15 +3,22 @@
 #
 # Four SGLang-kind mocks with prefix caches (LRU over 16-token blocks), a prefill cost per
 # uncached token and a cap on running requests (a queue behind it), so where a request goes
-# decides its TTFT. Two workloads through each router:
+# decides its TTFT. Three workloads through each router:
 #   multiturn: CONV conversations of TURNS turns behind one shared system prompt of SYS tokens,
-#              CONC conversations in flight, each turn's prompt the whole history so far;
+#              CONC conversations in flight (their first turns spread over RAMP, as live
+#              traffic arrives, not all cold at once), each turn's prompt the whole history
+#              so far; each mock's cache (CACHE_TOKENS) could hold every conversation in flight;
+#   multiturn-tight: the same against four other mocks whose caches (TIGHT_CACHE_TOKENS) hold
+#              the system prompt and about a quarter of the conversations in flight: what one
+#              server cannot keep, four can, as with real servers whose prefix cache is the KV
+#              memory the running batch leaves free;
 #   random:    RANDOM_N independent prompts of 512 tokens, no sharing, concurrency CONC.
 # Routers: lingo with every policy, and SGLang's own router (PyPI `sglang-router`) with
 # `cache_aware` and `round_robin`, all in front of the same mocks (caches flushed between runs).
 # Per run: TTFT p50/p99, output tokens/s, the mocks' prefix-cache hit rate, failures, and how
 # evenly the load spread (max/mean requests per mock). Then two lingo replicas with
-# prefix_affinity, each fed half of the conversations (`lingo bench --url A --url B`).
+# prefix_affinity, each fed half of the conversations (`lingo bench --url A --url B`), on both
+# multi-turn workloads.
 #
 # Needs cargo, python3 (a venv for sglang-router is made under target/bench-venv), curl.
 # Everything listens on 127.0.0.1; every load is bounded in count.
@@ -21,9 +28,10 @@ cd "$(dirname "$0")/.."
 # 'load_bound = 1.5'), LINGO_EXTRA to its config (e.g. $'[load]\nenabled = false').
 POLICIES=${POLICIES-prefix_affinity least_outstanding round_robin random session}
 ROUTERS=${ROUTERS-cache_aware round_robin}
-WORKLOADS=${WORKLOADS-multiturn random}
-CONV=${CONV:-48}; TURNS=${TURNS:-5}; SYS=${SYS:-1024}; CONC=${CONC:-16}; RANDOM_N=${RANDOM_N:-192}
-MOCK_FLAGS=(--kind sglang --ttft 2ms --itl 2ms --cache-tokens "${CACHE_TOKENS:-24576}"
+WORKLOADS=${WORKLOADS-multiturn multiturn-tight random}
+CONV=${CONV:-192}; TURNS=${TURNS:-5}; SYS=${SYS:-1024}; CONC=${CONC:-16}; RANDOM_N=${RANDOM_N:-192}
+RAMP=${RAMP:-1s}; CACHE_TOKENS=${CACHE_TOKENS:-24576}; TIGHT_CACHE_TOKENS=${TIGHT_CACHE_TOKENS:-4096}
+MOCK_FLAGS=(--kind sglang --ttft 2ms --itl 2ms
   --prefill-per-token "${PREFILL:-100us}" --max-running "${MAX_RUNNING:-4}")
 cargo build --release --quiet
 LINGO=$PWD/target/release/lingo
@@ -40,11 +48,16 @@ trap cleanup EXIT
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
 wait_http() { for _ in $(seq 1 300); do curl -sf "$1" >/dev/null && return 0; sleep 0.1; done; echo "not up: $1" >&2; return 1; }
 
-# The four mocks, one process; their URLs come on stdout once all listen.
-LINGO_LOG=warn "$LINGO" mock --listen 127.0.0.1:0 --replicas 4 "${MOCK_FLAGS[@]}" > "$WORK/mocks" & PIDS+=($!)
-for _ in $(seq 1 100); do [ "$(wc -l < "$WORK/mocks")" -ge 4 ] && break; sleep 0.05; done
-mapfile -t MOCKS < "$WORK/mocks"
-[ "${#MOCKS[@]}" -eq 4 ] || { echo "the mocks did not start" >&2; exit 1; }
+# Four mocks per process, one process per cache size; their URLs come on stdout once all
+# listen. `use_mocks NAME` points MOCKS (what the functions below act on) at one set.
+start_mocks() { # name cache-tokens
+  LINGO_LOG=warn "$LINGO" mock --listen 127.0.0.1:0 --replicas 4 --cache-tokens "$2" "${MOCK_FLAGS[@]}" > "$WORK/mocks.$1" & PIDS+=($!)
+  for _ in $(seq 1 100); do [ "$(wc -l < "$WORK/mocks.$1")" -ge 4 ] && break; sleep 0.05; done
+  [ "$(wc -l < "$WORK/mocks.$1")" -eq 4 ] || { echo "the $1 mocks did not start" >&2; exit 1; }
+}
+use_mocks() { mapfile -t MOCKS < "$WORK/mocks.$1"; }
+start_mocks ample "$CACHE_TOKENS"
+start_mocks tight "$TIGHT_CACHE_TOKENS"
 
 stats() { # -> one JSON list of the mocks' /mock/stats
   python3 - "${MOCKS[@]}" <<'PY'
@@ -75,7 +88,7 @@ bench() { # workload out.json url...
     --input-len 64 --output-len 32)
   [ "$workload" = random ] && shape=(--input-len 512 --output-len 32 --requests-per-level "$RANDOM_N")
   "$LINGO" bench "${urls[@]}" --dialect openai-chat --concurrency "$CONC" "${shape[@]}" \
-    --warmup 0 --seed 7 --json "$out" >/dev/null
+    --warmup 0 --seed 7 --ramp-up "$RAMP" --json "$out" >/dev/null
 }
 
 report() { # name workload before.json after.json bench.json
@@ -88,7 +101,7 @@ d = lambda k: [x[k] - y[k] for x, y in zip(after, before)]
 q, h, reqs = sum(d("prefix_cache_queries")), sum(d("prefix_cache_hits")), d("requests")
 mean = sum(reqs) / len(reqs)
 ms = lambda v: f"{v * 1e3:9.1f}" if v is not None else "        -"
-print(f"{workload:<10} {name:<34} {ms(level.get('ttft_p50'))} {ms(level.get('ttft_p99'))} "
+print(f"{workload:<15} {name:<34} {ms(level.get('ttft_p50'))} {ms(level.get('ttft_p99'))} "
       f"{level['agg_tok_s']:9.0f} {100 * h / max(q, 1):8.1f}% {level['fail']:6d} "
       f"{max(reqs) / max(mean, 1e-9):8.2f}")
 PY
@@ -102,11 +115,13 @@ run() { # name workload url...
   report "$name" "$workload" "$WORK/before.json" "$WORK/after.json" "$WORK/out.json" | tee -a "$WORK/table"
 }
 
-echo "# lingo routing — $(date -u +%Y-%m-%d), $(nproc) cores; 4 SGLang mocks (cache ${CACHE_TOKENS:-24576} tokens, prefill ${PREFILL:-100us}/token, max running ${MAX_RUNNING:-4})"
-echo "# multiturn: $CONV conversations x $TURNS turns, system prompt $SYS tokens, $CONC in flight; random: $RANDOM_N prompts of 512 tokens"
+echo "# lingo routing — $(date -u +%Y-%m-%d), $(nproc) cores; 4 SGLang mocks (cache $CACHE_TOKENS tokens, multiturn-tight $TIGHT_CACHE_TOKENS; prefill ${PREFILL:-100us}/token, max running ${MAX_RUNNING:-4})"
+echo "# multiturn: $CONV conversations x $TURNS turns, system prompt $SYS tokens, $CONC in flight, ramp-up $RAMP; random: $RANDOM_N prompts of 512 tokens"
 echo
-printf '%-10s %-34s %9s %9s %9s %9s %6s %8s\n' workload router "TTFT p50" "TTFT p99" "tok/s" "hit rate" fails "max/mean"
+printf '%-15s %-34s %9s %9s %9s %9s %6s %8s\n' workload router "TTFT p50" "TTFT p99" "tok/s" "hit rate" fails "max/mean"
+mocks_of() { [ "$1" = multiturn-tight ] && echo tight || echo ample; }
 for workload in $WORKLOADS; do
+  use_mocks "$(mocks_of "$workload")"
   for policy in $POLICIES; do
     start_lingo "$policy"; run "lingo $policy" "$workload" "$URL"; kill "$PID"
   done
@@ -115,12 +130,17 @@ for workload in $WORKLOADS; do
   done
 done
 echo
-echo "## Two lingo replicas (prefix_affinity), each fed half of the conversations"
-start_lingo prefix_affinity; p1=$PID u1=$URL
-start_lingo prefix_affinity; p2=$PID u2=$URL
-run "lingo prefix_affinity x2 replicas" multiturn "$u1" "$u2"
-kill "$p1" "$p2"
-start_sglang_router cache_aware; p1=$PID u1=$URL
-start_sglang_router cache_aware; p2=$PID u2=$URL
-run "sglang-router cache_aware x2" multiturn "$u1" "$u2"
-kill "$p1" "$p2"
+echo "## Two router replicas, each fed half of the conversations"
+for workload in $WORKLOADS; do
+  [ "$workload" = random ] && continue
+  use_mocks "$(mocks_of "$workload")"
+  start_lingo prefix_affinity; p1=$PID u1=$URL
+  start_lingo prefix_affinity; p2=$PID u2=$URL
+  run "lingo prefix_affinity x2 replicas" "$workload" "$u1" "$u2"
+  kill "$p1" "$p2"
+  case " $ROUTERS " in *" cache_aware "*) ;; *) continue ;; esac
+  start_sglang_router cache_aware; p1=$PID u1=$URL
+  start_sglang_router cache_aware; p2=$PID u2=$URL
+  run "sglang-router cache_aware x2" "$workload" "$u1" "$u2"
+  kill "$p1" "$p2"
+done

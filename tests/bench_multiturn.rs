@@ -539,3 +539,29 @@ async fn every_dialect_holds_a_conversation_and_lingo_logs_its_sessions() {
     assert_eq!(per_session.len(), 2, "{per_session:?}");
     assert!(per_session.values().all(|n| *n == 3 * through_lingo));
 }
+
+#[tokio::test]
+async fn a_ramp_up_starts_the_second_worker_conversation_later() {
+    // Two workers, two conversations, and a 2 s ramp: the second worker's conversation
+    // starts 1 s in, long after an instant mock answered all three turns of the first.
+    // Without the ramp both first turns arrive before any answer ends.
+    let (url, capture) = captured(MockConfig::default()).await;
+    let mut cfg = config(&url, Dialect::OpenaiChat);
+    cfg.conversations = 2;
+    cfg.turns = 3;
+    cfg.ramp_up = Duration::from_secs(2);
+    run(&cfg).await.expect("the run");
+
+    let convs: Vec<Vec<Seen>> = chat_conversations(&seen(&capture)).into_values().collect();
+    assert_eq!(convs.len(), 2);
+    let (first, second) = match convs[0][0].arrived < convs[1][0].arrived {
+        true => (&convs[0], &convs[1]),
+        false => (&convs[1], &convs[0]),
+    };
+    let first_done = first.iter().map(|s| s.ended).max().expect("turns");
+    assert!(
+        first_done < second[0].arrived,
+        "the second conversation started at tick {} before the first ended at {first_done}",
+        second[0].arrived
+    );
+}

@@ -11,6 +11,21 @@ use tokio::task::JoinSet;
 use super::level::Level;
 use super::report::RequestResult;
 
+/// Wait for worker `k` of `n`'s slot in the ramp (`k / n` of `ramp_up` after the level's
+/// start) and return when it came free: the start of its first request's send lag (its
+/// slot, so a late wake-up counts; now, without a ramp).
+pub(super) async fn ramp_slot(level: &Level, k: u32, n: u32, ramp_up: Duration) -> Instant {
+    let offset = ramp_up.mul_f64(f64::from(k) / f64::from(n.max(1)));
+    let start = level.start + offset;
+    if Instant::now() < start {
+        tokio::time::sleep_until(start.into()).await;
+    }
+    match offset.is_zero() {
+        true => Instant::now(),
+        false => start,
+    }
+}
+
 /// Run one closed-loop level at `concurrency`; results in request order.
 pub async fn run(
     level: &Arc<Level>,
@@ -22,19 +37,9 @@ pub async fn run(
     let n = concurrency.min(level.count);
     for k in 0..n {
         let (level, next) = (level.clone(), next.clone());
-        let offset = ramp_up.mul_f64(f64::from(k) / f64::from(n.max(1)));
         workers.spawn(async move {
             let mut done: Vec<(u32, RequestResult)> = Vec::new();
-            let start = level.start + offset;
-            if Instant::now() < start {
-                tokio::time::sleep_until(start.into()).await;
-            }
-            // When this worker came free: the start of its next request's send lag (its slot
-            // in the ramp: a late wake-up counts).
-            let mut free = match offset.is_zero() {
-                true => Instant::now(),
-                false => start,
-            };
+            let mut free = ramp_slot(&level, k, n, ramp_up).await;
             while !level.past_duration(free) {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 if i >= level.count {

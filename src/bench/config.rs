@@ -254,7 +254,7 @@ pub struct BenchConfig {
     /// Requests sent all at once before the first level (opening as many connections),
     /// excluded from the results. Default 1.
     pub warmup: u32,
-    /// Closed loop: worker k of C sends its first request `k / C * ramp_up` after the level
+    /// Closed loop and multi-turn: worker k of C sends its first request `k / C * ramp_up` after the level
     /// starts, so C streams do not start (and, with a server that paces tokens, go on) in one
     /// lockstep burst. Default 0: all at once.
     pub ramp_up: Duration,

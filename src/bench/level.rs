@@ -179,7 +179,7 @@ pub async fn run(
     });
     let results = match load {
         Load::Concurrency { concurrency } => match dialogues {
-            Some(d) => multiturn::run(&level, concurrency, d).await?,
+            Some(d) => multiturn::run(&level, concurrency, d, config.ramp_up).await?,
             None => closed::run(&level, concurrency, config.ramp_up).await?,
         },
         Load::Rate {

@@ -1,14 +1,16 @@
 //! A multi-turn level: C workers each take the next conversation and send its turns strictly
 //! in order (turn t + 1 leaves when turn t's answer ended, with that answer in its history),
-//! so C conversations are in flight. A failed turn ends its conversation: the later turns
+//! so C conversations are in flight; with a ramp-up, worker k starts its first conversation
+//! `k / C` of it after the level (as the closed loop does). A failed turn ends its conversation: the later turns
 //! are not sent, and the report counts them.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio::task::JoinSet;
 
+use super::closed::ramp_slot;
 use super::conversation::{answer_text, Dialogues, History};
 use super::level::Level;
 use super::report::RequestResult;
@@ -21,19 +23,23 @@ pub async fn run(
     level: &Arc<Level>,
     concurrency: u32,
     dialogues: &Dialogues,
+    ramp_up: Duration,
 ) -> anyhow::Result<Vec<RequestResult>> {
     let next = Arc::new(AtomicU32::new(0));
     let mut workers = JoinSet::new();
-    for _ in 0..concurrency.min(dialogues.conversations) {
+    let n = concurrency.min(dialogues.conversations);
+    for k in 0..n {
         let (level, next, d) = (level.clone(), next.clone(), dialogues.clone());
         workers.spawn(async move {
             let mut done = Vec::new();
+            let mut free = ramp_slot(&level, k, n, ramp_up).await;
             loop {
                 let c = next.fetch_add(1, Ordering::Relaxed);
                 if c >= d.conversations {
                     break;
                 }
-                done.extend(conversation(&level, &d, c).await);
+                done.extend(conversation(&level, &d, c, free).await);
+                free = Instant::now();
             }
             done
         });
@@ -47,13 +53,13 @@ pub async fn run(
 }
 
 /// Conversation `c` of the level, turn by turn, until its last turn or its first failure.
-async fn conversation(level: &Level, d: &Dialogues, c: u32) -> Vec<RequestResult> {
+async fn conversation(level: &Level, d: &Dialogues, c: u32, free: Instant) -> Vec<RequestResult> {
     let w = &level.workload;
     // Numbered across the run, so each level has conversations of its own.
     let global = level.seq_base + u64::from(c);
     let mut history = History::new(d.system.as_deref());
     let mut out = Vec::with_capacity(d.turns as usize);
-    let mut free = Instant::now();
+    let mut free = free;
     for turn in 0..d.turns {
         let (text, input_len, output_len) = d.user(w, global, turn);
         history.push(Role::User, &text);

@@ -169,8 +169,9 @@ pub struct RunArgs {
     /// that many connections), excluded from the results.
     #[arg(long, env = "LINGO_BENCH_WARMUP", default_value_t = 1)]
     pub warmup: u32,
-    /// Closed loop: spread the workers' first requests over this long (e.g. 100ms), so that
-    /// C streams do not start, and with a paced server stay, in one lockstep burst.
+    /// Closed loop and multi-turn: spread the workers' first requests (or conversations) over
+    /// this long (e.g. 100ms), so that C streams do not start, and with a paced server stay,
+    /// in one lockstep burst.
     #[arg(long, env = "LINGO_BENCH_RAMP_UP", value_parser = humantime::parse_duration, default_value = "0s")]
     pub ramp_up: Duration,
     /// Ask for whole responses instead of streams (TTFT then equals E2E).

@@ -237,7 +237,6 @@ impl State {
     }
 
     fn chunk(&mut self, data: Bytes, eof: bool) {
-        self.frames.clear();
         let fed = self.parser.try_feed_bytes(data.clone(), &mut self.frames);
         if eof && fed.is_ok() {
             self.parser.finish(&mut self.frames);
@@ -246,7 +245,7 @@ impl State {
         let raw = matches!(self.output, Output::Raw);
         let mut out = BytesMut::new();
         let mut tokens = 0u32;
-        let frames = std::mem::take(&mut self.frames);
+        let mut frames = std::mem::take(&mut self.frames);
         let mut failure = None;
         for frame in &frames {
             if let Err(e) = self.event(frame, &mut out, &mut tokens) {
@@ -254,6 +253,9 @@ impl State {
                 break;
             }
         }
+        // The frames are slices of the upstream's read buffer: kept while the stream waits
+        // for its next token, they would keep that buffer too.
+        frames.clear();
         self.frames = frames;
         let failure = failure.or_else(|| {
             fed.err().map(|e| {

@@ -38,9 +38,79 @@ const LINGER: Duration = Duration::from_secs(1);
 /// after the last answer; closing either in that moment would fail a request.
 const RECLAIM_AFTER: Duration = Duration::from_millis(250);
 
+/// The HTTP/2 connection preface (RFC 9113, section 3.4).
+const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// hyper-util's builder three ways: told the protocol, or finding it out.
+pub(super) struct Builders {
+    auto: Builder<TokioExecutor>,
+    h1: Builder<TokioExecutor>,
+    h2: Builder<TokioExecutor>,
+}
+
+impl Builders {
+    pub fn new(auto: Builder<TokioExecutor>) -> Builders {
+        Builders {
+            h1: auto.clone().http1_only(),
+            h2: auto.clone().http2_only(),
+            auto,
+        }
+    }
+
+    /// The builder for a connection whose first bytes are `first` (peeked, so still
+    /// unread). hyper-util finds the protocol by reading the first 24 bytes itself, and
+    /// hyper's first read then returns only those: its 8 KiB buffer doubles for the rest
+    /// of the head, and every connection keeps 16 KiB. Told the protocol, hyper reads the
+    /// request whole into 8 KiB. Too few bytes to tell (a client sending its first bytes
+    /// one by one) is left to hyper-util.
+    fn pick(&self, first: &[u8]) -> &Builder<TokioExecutor> {
+        let n = first.len().min(H2_PREFACE.len());
+        if first[..n] != H2_PREFACE[..n] {
+            &self.h1
+        } else if n == H2_PREFACE.len() {
+            &self.h2
+        } else {
+            &self.auto
+        }
+    }
+}
+
+/// How a connection's first bytes came out.
+enum First {
+    /// Peeked (still unread).
+    Bytes(usize),
+    /// None yet, and the connection goes on without them: past the header clock, a drain
+    /// started, or lingo is short of connections (its loop below decides what to close).
+    Gone { reclaim_asked: bool },
+}
+
+/// Peek at the first bytes the client sends, for as long as nothing else calls. Near the
+/// connection cap there is no peek: every idle connection must be where lingo reclaims.
+async fn peek_first(
+    tcp: &TcpStream,
+    buf: &mut [u8; 24],
+    shared: &Shared,
+    reclaims: &mut tokio::sync::watch::Receiver<u64>,
+) -> First {
+    if shared.gate.near_cap() {
+        return First::Gone {
+            reclaim_asked: false,
+        };
+    }
+    tokio::select! {
+        r = tcp.peek(buf) => match r {
+            Ok(n) if n > 0 => First::Bytes(n),
+            _ => First::Gone { reclaim_asked: false },
+        },
+        _ = tokio::time::sleep(shared.header) => First::Gone { reclaim_asked: false },
+        _ = shared.drain.draining() => First::Gone { reclaim_asked: false },
+        _ = changed(reclaims) => First::Gone { reclaim_asked: true },
+    }
+}
+
 /// What every connection task shares.
 pub(super) struct Shared {
-    pub builder: Builder<TokioExecutor>,
+    pub builders: Builders,
     pub router: Router,
     pub gate: Gate,
     pub drain: Drain,
@@ -335,6 +405,13 @@ fn verdict(s: &Snapshot, now: Instant, c: &Clocks, draining: bool, pressure: boo
 /// under `limits.max_connections`.
 pub(super) async fn serve(tcp: TcpStream, shared: Arc<Shared>, permit: OwnedSemaphorePermit) {
     let activity = Arc::new(Activity::new());
+    let mut reclaims = shared.gate.reclaims();
+    let mut first = [0u8; 24];
+    let (builder, mut reclaim_asked) =
+        match peek_first(&tcp, &mut first, &shared, &mut reclaims).await {
+            First::Bytes(n) => (shared.builders.pick(&first[..n]), false),
+            First::Gone { reclaim_asked } => (&shared.builders.auto, reclaim_asked),
+        };
     let io = TokioIo::new(Watched {
         io: tcp,
         activity: activity.clone(),
@@ -343,14 +420,12 @@ pub(super) async fn serve(tcp: TcpStream, shared: Arc<Shared>, permit: OwnedSema
         router: shared.router.clone(),
         activity: activity.clone(),
     };
-    let conn = shared.builder.serve_connection(io, svc);
+    let conn = builder.serve_connection(io, svc);
     tokio::pin!(conn);
     let clocks = Clocks {
         header: shared.header,
         idle: shared.idle,
     };
-    let mut reclaims = shared.gate.reclaims();
-    let mut reclaim_asked = false;
     // When lingo asked the connection to close; it is dropped `LINGER` later unless busy.
     let mut asked: Option<Instant> = None;
     let mut draining = shared.drain.is_draining();
@@ -422,6 +497,21 @@ async fn changed(rx: &mut tokio::sync::watch::Receiver<u64>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_first_bytes_tell_the_protocol_only_when_they_can() {
+        let b = Builders::new(Builder::new(TokioExecutor::new()));
+        let is = |first: &[u8], want: &Builder<TokioExecutor>| std::ptr::eq(b.pick(first), want);
+        assert!(is(b"POST /v1/completions HTTP/1.1\r\n", &b.h1));
+        assert!(is(b"G", &b.h1));
+        // "PRI" could still be a method of HTTP/1 until the preface departs from it.
+        assert!(is(b"PRI / HTTP/1.1\r\n", &b.h1));
+        assert!(is(H2_PREFACE, &b.h2));
+        assert!(is(b"PRI * HTTP/2.0\r\n", &b.auto));
+        assert!(is(b"P", &b.auto));
+        assert!(b.h1.is_http1_available() && !b.h1.is_http2_available());
+        assert!(b.h2.is_http2_available() && !b.h2.is_http1_available());
+    }
 
     const C: Clocks = Clocks {
         header: Duration::from_secs(30),

@@ -42,7 +42,7 @@ pub(super) async fn run(
     tracing::info!(max_connections = cap, "client connections");
     let t = &state.config.timeouts;
     let shared = Arc::new(conn::Shared {
-        builder: builder(),
+        builders: conn::Builders::new(builder()),
         router: super::router(state.clone()),
         gate: Gate::new(cap),
         drain: state.drain.clone(),

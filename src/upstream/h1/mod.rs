@@ -164,6 +164,7 @@ pub struct Settings {
 mod tests {
     use std::time::Duration;
 
+    use futures_util::FutureExt;
     use http_body_util::BodyExt;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpListener;
@@ -279,6 +280,33 @@ mod tests {
         let stale = tokio::time::timeout(Duration::from_secs(5), get(&p)).await;
         assert_eq!(stale.unwrap().0, StatusCode::CREATED);
         server.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_stream_waiting_for_its_next_chunk_holds_no_read_buffer() {
+        // One chunk, then the server holds the stream open.
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = l.local_addr().unwrap().port();
+        let (hold, held) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(async move {
+            let (mut s, _) = l.accept().await.unwrap();
+            let mut buf = [0u8; 1024];
+            let _ = s.read(&mut buf).await;
+            s.write_all(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n")
+                .await
+                .unwrap();
+            let _ = held.await;
+        });
+        let p = pool(port);
+        let mut wire = Vec::new();
+        encode_head(&mut wire, &http::Method::GET, ("", "/"), "h", &[], 0);
+        let mut r = p.request(&wire, &[], false).await.unwrap();
+        let first = r.body.frame().await.unwrap().unwrap().into_data().unwrap();
+        assert_eq!(&first[..], b"abc");
+        // The server says no more for now: the wait lets the buffer go.
+        assert!(r.body.frame().now_or_never().is_none());
+        assert_eq!(r.body.buffer_capacity(), Some(0));
+        drop(hold);
     }
 
     #[tokio::test]

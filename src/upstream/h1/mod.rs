@@ -220,6 +220,16 @@ mod tests {
         (r.status, body.to_vec())
     }
 
+    /// A GET of `/` whose first body chunk must be `abc`; the response, mid-body.
+    async fn first_chunk_is_abc(p: &Pool) -> Response {
+        let mut wire = Vec::new();
+        encode_head(&mut wire, &http::Method::GET, ("", "/"), "h", &[], 0);
+        let mut r = p.request(&wire, &[], false).await.unwrap();
+        let first = r.body.frame().await.unwrap().unwrap().into_data().unwrap();
+        assert_eq!(&first[..], b"abc");
+        r
+    }
+
     const CHUNKED: &[u8] =
         b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n";
     const LENGTH: &[u8] = b"HTTP/1.1 201 Created\r\ncontent-length: 2\r\n\r\nok";
@@ -247,11 +257,7 @@ mod tests {
         let (port, _server) =
             server(vec![b"HTTP/1.1 200 OK\r\ncontent-length: 9\r\n\r\nabc"]).await;
         let p = pool(port);
-        let mut wire = Vec::new();
-        encode_head(&mut wire, &http::Method::GET, ("", "/"), "h", &[], 0);
-        let mut r = p.request(&wire, &[], false).await.unwrap();
-        let first = r.body.frame().await.unwrap().unwrap().into_data().unwrap();
-        assert_eq!(&first[..], b"abc");
+        let mut r = first_chunk_is_abc(&p).await;
         drop(r);
         assert_eq!(
             p.idle(),
@@ -298,11 +304,7 @@ mod tests {
             let _ = held.await;
         });
         let p = pool(port);
-        let mut wire = Vec::new();
-        encode_head(&mut wire, &http::Method::GET, ("", "/"), "h", &[], 0);
-        let mut r = p.request(&wire, &[], false).await.unwrap();
-        let first = r.body.frame().await.unwrap().unwrap().into_data().unwrap();
-        assert_eq!(&first[..], b"abc");
+        let mut r = first_chunk_is_abc(&p).await;
         // The server says no more for now: the wait lets the buffer go.
         assert!(r.body.frame().now_or_never().is_none());
         assert_eq!(r.body.buffer_capacity(), Some(0));

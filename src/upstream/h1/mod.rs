@@ -257,7 +257,7 @@ mod tests {
         let (port, _server) =
             server(vec![b"HTTP/1.1 200 OK\r\ncontent-length: 9\r\n\r\nabc"]).await;
         let p = pool(port);
-        let mut r = first_chunk_is_abc(&p).await;
+        let r = first_chunk_is_abc(&p).await;
         drop(r);
         assert_eq!(
             p.idle(),

@@ -6,6 +6,7 @@ use std::task::{ready, Context, Poll};
 
 use bytes::{Bytes, BytesMut};
 use http_body::{Frame, SizeHint};
+use tokio::io::Interest;
 
 use super::framing::{Framing, Step};
 use super::pool::Conn;
@@ -125,8 +126,19 @@ fn poll_fill(conn: &mut Conn, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
             return Poll::Pending;
         }
         super::reserve(&mut conn.buf);
+        let room = conn.buf.capacity() - conn.buf.len();
         match conn.io.try_read_buf(&mut conn.buf) {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Ok(n) if n > 0 && n < room => {
+                // A read that did not fill its room took all the socket had: say so to
+                // tokio now, rather than with one more read that finds nothing (a syscall
+                // per event in a stream). Data that comes after it is a new readiness
+                // event, which the clearing cannot lose.
+                let _ = conn.io.try_io(Interest::READABLE, || {
+                    Err::<(), _>(io::ErrorKind::WouldBlock.into())
+                });
+                return Poll::Ready(Ok(n));
+            }
             done => return Poll::Ready(done),
         }
     }

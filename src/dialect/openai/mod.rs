@@ -11,6 +11,7 @@
 pub mod chat;
 pub mod completions;
 pub mod error;
+mod scan;
 pub mod stream;
 pub mod wire;
 

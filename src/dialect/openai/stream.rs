@@ -6,6 +6,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::completions_logprobs;
+use super::scan;
 use super::wire::{finish_from_wire, UsageWire};
 use crate::error::ProxyError;
 use crate::model::{Chunk, Event, Usage};
@@ -13,43 +14,43 @@ use crate::stream::framing::{is_done_marker, Frame};
 
 // The strings borrow from the event where they can (no escapes): a stream decodes one of
 // these per token, so each allocation saved is saved thousands of times a second.
-#[derive(Debug, Deserialize)]
-struct DeltaWire<'a> {
+#[derive(Debug, PartialEq, Deserialize)]
+pub(super) struct DeltaWire<'a> {
     #[serde(borrow)]
-    role: Option<Cow<'a, str>>,
+    pub(super) role: Option<Cow<'a, str>>,
     #[serde(borrow)]
-    content: Option<Cow<'a, str>>,
+    pub(super) content: Option<Cow<'a, str>>,
 }
 
-#[derive(Debug, Deserialize)]
-struct ChoiceWire<'a> {
+#[derive(Debug, PartialEq, Deserialize)]
+pub(super) struct ChoiceWire<'a> {
     #[serde(default)]
-    index: u32,
+    pub(super) index: u32,
     /// Completions.
     #[serde(borrow)]
-    text: Option<Cow<'a, str>>,
+    pub(super) text: Option<Cow<'a, str>>,
     /// Chat.
     #[serde(borrow)]
-    delta: Option<DeltaWire<'a>>,
+    pub(super) delta: Option<DeltaWire<'a>>,
     #[serde(borrow)]
-    finish_reason: Option<Cow<'a, str>>,
-    stop_reason: Option<Value>,
+    pub(super) finish_reason: Option<Cow<'a, str>>,
+    pub(super) stop_reason: Option<Value>,
     /// SGLang's OpenAI routes name the matched stop this way.
-    matched_stop: Option<Value>,
-    token_ids: Option<Vec<u32>>,
-    logprobs: Option<Value>,
+    pub(super) matched_stop: Option<Value>,
+    pub(super) token_ids: Option<Vec<u32>>,
+    pub(super) logprobs: Option<Value>,
 }
 
-#[derive(Debug, Deserialize)]
-struct ChunkWire<'a> {
+#[derive(Debug, PartialEq, Deserialize)]
+pub(super) struct ChunkWire<'a> {
     #[serde(default, borrow)]
-    id: Cow<'a, str>,
+    pub(super) id: Cow<'a, str>,
     #[serde(default, borrow)]
-    model: Cow<'a, str>,
+    pub(super) model: Cow<'a, str>,
     #[serde(default, borrow)]
-    choices: Vec<ChoiceWire<'a>>,
-    usage: Option<UsageWire>,
-    error: Option<Value>,
+    pub(super) choices: Vec<ChoiceWire<'a>>,
+    pub(super) usage: Option<UsageWire>,
+    pub(super) error: Option<Value>,
 }
 
 /// Decodes one OpenAI-style stream.
@@ -57,6 +58,8 @@ struct ChunkWire<'a> {
 pub struct Decoder {
     chat: bool,
     started: bool,
+    /// The last event's head, for the fast reader to skip in the next.
+    head: scan::Head,
 }
 
 impl Decoder {
@@ -64,6 +67,7 @@ impl Decoder {
         Decoder {
             chat,
             started: false,
+            head: scan::Head::default(),
         }
     }
 
@@ -72,8 +76,16 @@ impl Decoder {
             out.push(Event::Done);
             return Ok(());
         }
-        let w: ChunkWire = crate::dialect::json::from_bytes(&frame.data)
-            .map_err(|e| ProxyError::UpstreamProtocol(format!("stream chunk: {e}")))?;
+        // The fast reader gives serde's answer when it is sure of it, else serde reads.
+        let head = &mut self.head;
+        let fast = std::str::from_utf8(&frame.data)
+            .ok()
+            .and_then(|text| scan::chunk_after(text, head));
+        let w: ChunkWire = match fast {
+            Some(w) => w,
+            None => crate::dialect::json::from_bytes(&frame.data)
+                .map_err(|e| ProxyError::UpstreamProtocol(format!("stream chunk: {e}")))?,
+        };
         if let Some(err) = w.error {
             let message = match err.get("message") {
                 Some(Value::String(s)) => s.clone(),

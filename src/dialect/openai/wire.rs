@@ -244,7 +244,7 @@ fn write_structured(s: &Sampling, m: &mut Map<String, Value>) -> Result<(), Prox
     Ok(())
 }
 
-#[derive(Debug, Clone, Copy, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Deserialize, Serialize)]
 pub struct UsageWire {
     #[serde(default)]
     pub prompt_tokens: u64,
@@ -254,7 +254,7 @@ pub struct UsageWire {
     pub prompt_tokens_details: Option<CachedWire>,
 }
 
-#[derive(Debug, Clone, Copy, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Deserialize, Serialize)]
 pub struct CachedWire {
     #[serde(default)]
     pub cached_tokens: Option<u64>,

@@ -353,20 +353,17 @@ impl<'a> Cursor<'a> {
         let token = &self.text[start..self.at];
         serde_json::from_str::<String>(token).ok().map(Cow::Owned)
     }
-    /// A `u32` as serde reads one: digits only (a fraction or exponent is a float, a sign
-    /// is left to serde), no leading zero, in range.
+
+    /// A `u32` as serde reads one: digits only, no leading zero, in range. A sign is left
+    /// to serde; a fraction or exponent (a float to serde) stops the digits short of the
+    /// `,` `}` or `]` the caller then wants, so it goes to serde too.
     fn u32(&mut self) -> Sure<u32> {
         self.ws();
         let start = self.at;
-        while self.bytes.get(self.at).is_some_and(u8::is_ascii_digit) {
-            self.at += 1;
-        }
+        self.digits();
         let digits = &self.text[start..self.at];
         let plain = !digits.is_empty() && (digits == "0" || !digits.starts_with('0'));
-        if !plain || matches!(self.bytes.get(self.at), Some(b'.' | b'e' | b'E')) {
-            return None;
-        }
-        digits.parse().ok()
+        plain.then(|| digits.parse().ok())?
     }
 
     /// The exact text of the next value.

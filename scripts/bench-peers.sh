@@ -33,6 +33,7 @@
 #   ROUTER_POLICY=round_robin          both routers' policy (one worker: the proxying cost only)
 #   PARTS="instant realistic memory"   which parts to run
 #   INSTALL=1         install what is missing (0: skip what is missing)
+#   LINGO_BIN=path    measure this lingo binary instead of building this checkout's
 #
 # Installs (as root, when missing): nginx-light and wrk from Debian; sglang-router and
 # vllm-router from PyPI into ${CARGO_TARGET_DIR:-target}/bench-venv. A router that cannot be
@@ -87,8 +88,9 @@ install_tools() {
   done
 }
 install_tools
-cargo build --release --quiet
-cp "$TARGET/release/lingo" "$WORK/lingo"  # a rebuild during the run changes nothing here
+# LINGO_BIN measures another build (an A/B of two commits); by default, this checkout's.
+if [ -z "${LINGO_BIN:-}" ]; then cargo build --release --quiet; fi
+cp "${LINGO_BIN:-$TARGET/release/lingo}" "$WORK/lingo"  # a rebuild during the run changes nothing here
 LINGO=$WORK/lingo
 
 # ---------------------------------------------------------------------------------------------

@@ -122,6 +122,11 @@ impl FrameParser {
         self.check(self.pending())
     }
 
+    /// Between events: nothing of one is held (no line, no data, no `event:` name).
+    pub fn between_events(&self) -> bool {
+        self.pending() == 0 && self.event.is_none()
+    }
+
     /// The bytes of the event being read: its data so far and its unfinished line.
     pub fn pending(&self) -> usize {
         self.buf.len() + self.data.len()

@@ -14,7 +14,7 @@ use futures_util::{FutureExt, Stream};
 use http_body::Body as _;
 use http_body_util::BodyExt;
 
-use super::framing::{write_sse, Frame, FrameParser, Framing};
+use super::framing::{write_ndjson, write_sse, Frame, FrameParser, Framing};
 use super::timers::Timers;
 use crate::dialect::{Dialect, StreamDecoder, StreamEncoder};
 use crate::error::{ProxyError, Source};
@@ -88,28 +88,49 @@ type Chunk = Option<Result<http_body::Frame<Bytes>, BodyError>>;
 
 /// Build the client-facing stream over an upstream body.
 pub fn pipeline(up: Upstream, output: Output) -> impl Stream<Item = Emit> + Send {
-    Pipeline(State {
-        body: Some(up.body),
-        dialect: up.dialect,
-        parser: FrameParser::new(up.dialect.framing()).with_limit(up.max_event),
-        decoder: up.dialect.stream_decoder(),
-        output,
-        timers: up.timers,
-        tally: Tally::default(),
-        frames: Vec::new(),
-        events: Vec::new(),
-        queue: VecDeque::new(),
-        finish: None,
-        saw_end: false,
-        finished: false,
-        wait: up.header_wait,
-        waiting: None,
-        decode_errors: 0,
-        upstream_failed: None,
-        mid_event: false,
-        ready: Vec::new(),
-        pending: None,
-    })
+    let parser = FrameParser::new(up.dialect.framing()).with_limit(up.max_event);
+    Pipeline(
+        State::new(Some(up.body), up.dialect, parser, up.timers, output).waited(up.header_wait),
+    )
+}
+
+impl State {
+    fn new(
+        body: Option<UpstreamBody>,
+        dialect: Dialect,
+        parser: FrameParser,
+        timers: Timers,
+        output: Output,
+    ) -> State {
+        State {
+            body,
+            dialect,
+            parser,
+            decoder: dialect.stream_decoder(),
+            output,
+            timers,
+            tally: Tally::default(),
+            frames: Vec::new(),
+            events: Vec::new(),
+            queue: VecDeque::new(),
+            finish: None,
+            saw_end: false,
+            finished: false,
+            wait: Duration::ZERO,
+            waiting: None,
+            decode_errors: 0,
+            upstream_failed: None,
+            mid_event: false,
+            ready: Vec::new(),
+            pending: None,
+        }
+    }
+
+    /// Time already spent waiting for the headers.
+    fn waited(mut self, header_wait: Duration) -> State {
+        self.wait = header_wait;
+        self
+    }
 }
 
 /// The stream itself, polled in place: the state is never moved between events (a
@@ -237,20 +258,43 @@ impl State {
     }
 
     fn chunk(&mut self, data: Bytes, eof: bool) {
+        let starts_whole = self.parser.between_events();
         let fed = self.parser.try_feed_bytes(data.clone(), &mut self.frames);
         if eof && fed.is_ok() {
             self.parser.finish(&mut self.frames);
         }
         self.mid_event = fed.is_err() || self.parser.pending() > 0;
         let raw = matches!(self.output, Output::Raw);
-        let mut out = BytesMut::new();
+        // Re-framing without a new model name leaves a chunk of whole events as it came
+        // unless one of its events is left out: such a chunk goes on uncopied.
+        let mut verbatim = starts_whole
+            && fed.is_ok()
+            && self.parser.between_events()
+            && matches!(self.output, Output::Reframe { alias: None, .. });
+        let mut out = if raw || verbatim {
+            BytesMut::new()
+        } else {
+            BytesMut::with_capacity(data.len() + 256)
+        };
         let mut tokens = 0u32;
         let mut frames = std::mem::take(&mut self.frames);
         let mut failure = None;
-        for frame in &frames {
-            if let Err(e) = self.event(frame, &mut out, &mut tokens) {
-                failure = Some(e);
-                break;
+        for (i, frame) in frames.iter().enumerate() {
+            match self.event(frame, &mut out, &mut tokens, verbatim) {
+                Err(e) => {
+                    failure = Some(e);
+                    break;
+                }
+                Ok(Written::Dropped) if verbatim => {
+                    // Re-framed after all: the frames before this one, kept, go first.
+                    out.reserve(data.len());
+                    let framing = self.dialect.framing();
+                    frames[..i]
+                        .iter()
+                        .for_each(|f| reframe(framing, &f.data, &mut out));
+                    verbatim = false;
+                }
+                Ok(_) => {}
             }
         }
         // The frames are slices of the upstream's read buffer: kept while the stream waits
@@ -271,7 +315,7 @@ impl State {
         if tokens > 0 {
             self.timers.token_seen();
         }
-        let bytes = if raw { data } else { out.freeze() };
+        let bytes = if raw || verbatim { data } else { out.freeze() };
         self.emit(bytes, tokens);
         match failure {
             Some(e) => self.fail(e),
@@ -288,7 +332,8 @@ impl State {
         frame: &Frame,
         out: &mut BytesMut,
         tokens: &mut u32,
-    ) -> Result<(), ProxyError> {
+        defer: bool,
+    ) -> Result<Written, ProxyError> {
         self.events.clear();
         if let Err(e) = self.decoder.frame(frame, &mut self.events) {
             if !self.passthrough() {
@@ -309,8 +354,7 @@ impl State {
             self.upstream_failed.get_or_insert(err);
         }
         *tokens = tokens.saturating_add(self.account());
-        self.write(frame, out);
-        Ok(())
+        Ok(self.write(frame, out, defer))
     }
 
     /// The upstream closed the connection: account for (and encode) what the decoder reads
@@ -354,28 +398,28 @@ impl State {
         tokens
     }
 
-    fn write(&mut self, frame: &Frame, out: &mut BytesMut) {
+    /// Write one frame's output. `defer`: a frame kept as it came is not written (the
+    /// caller forwards the whole chunk as it came).
+    fn write(&mut self, frame: &Frame, out: &mut BytesMut, defer: bool) -> Written {
         match &mut self.output {
             Output::Encode(enc) => enc.events(&self.events, out),
             Output::Raw => {}
             Output::Reframe { alias, strip_usage } => {
                 if *strip_usage && is_usage_only(&self.events) {
-                    return;
+                    return Written::Dropped;
+                }
+                if defer && alias.is_none() {
+                    return Written::Deferred;
                 }
                 // Copied once, into `out`, unless the model name must change.
                 let data = match alias {
                     Some(a) => std::borrow::Cow::Owned(rewrite_model(&frame.data, a)),
                     None => std::borrow::Cow::Borrowed(&frame.data[..]),
                 };
-                match self.dialect.framing() {
-                    Framing::Sse => write_sse(out, &data),
-                    Framing::Ndjson => {
-                        out.extend_from_slice(&data);
-                        out.extend_from_slice(b"\n");
-                    }
-                }
+                reframe(self.dialect.framing(), &data, out);
             }
         }
+        Written::Out
     }
 
     fn emit(&mut self, bytes: Bytes, tokens: u32) {
@@ -469,6 +513,24 @@ fn outcome(err: &ProxyError) -> Outcome {
 
 /// Whether a frame's events are only the request's usage totals (OpenAI's `choices: []`
 /// usage chunk).
+/// What `State::write` did with a frame.
+enum Written {
+    /// Its output is in `out` (or, forwarding raw, nothing was needed).
+    Out,
+    /// Kept as it came, and not written: the chunk goes on whole.
+    Deferred,
+    /// Left out (the usage chunk lingo asked for).
+    Dropped,
+}
+
+/// One event's payload, framed again.
+fn reframe(framing: Framing, data: &[u8], out: &mut BytesMut) {
+    match framing {
+        Framing::Sse => write_sse(out, data),
+        Framing::Ndjson => write_ndjson(out, data),
+    }
+}
+
 fn is_usage_only(events: &[Event]) -> bool {
     events.iter().any(|e| matches!(e, Event::Usage(_)))
         && events
@@ -484,5 +546,102 @@ pub fn rewrite_model(data: &[u8], alias: &str) -> Vec<u8> {
             serde_json::to_vec(&v).unwrap_or_else(|_| data.to_vec())
         }
         _ => data.to_vec(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Timeouts;
+    use crate::proxy::drain::Drain;
+
+    fn reframing(strip_usage: bool) -> State {
+        let dialect = Dialect::OpenaiCompletions;
+        let timers = Timers::start(
+            &Timeouts::default(),
+            Instant::now(),
+            &Drain::default(),
+            true,
+        );
+        let output = Output::Reframe {
+            alias: None,
+            strip_usage,
+        };
+        State::new(
+            None,
+            dialect,
+            FrameParser::new(Framing::Sse),
+            timers,
+            output,
+        )
+    }
+
+    /// The bytes the stream sent the client so far.
+    fn sent(st: &mut State) -> Vec<Bytes> {
+        st.queue
+            .drain(..)
+            .filter_map(|e| match e {
+                Emit::Data { bytes, .. } => Some(bytes),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn token(text: &str) -> String {
+        format!(
+            "data:{{\"id\":\"c\",\"object\":\"text_completion\",\"created\":1,\"model\":\"m\",\
+             \"choices\":[{{\"index\":0,\"text\":\"{text}\",\"finish_reason\":null}}]}}\n\n"
+        )
+    }
+
+    const USAGE: &str = "data: {\"id\":\"c\",\"object\":\"text_completion\",\"created\":1,\
+        \"model\":\"m\",\"choices\":[],\"usage\":{\"prompt_tokens\":2,\"completion_tokens\":2,\
+        \"total_tokens\":4}}\n\n";
+
+    #[tokio::test]
+    async fn a_chunk_of_whole_kept_events_goes_on_uncopied() {
+        let mut st = reframing(true);
+        let data = Bytes::from(token("a") + &token("b"));
+        st.chunk(data.clone(), false);
+        let sent = sent(&mut st);
+        assert_eq!(sent, vec![data.clone()]);
+        // The same bytes, not a copy of them (and, from `data:` without a space, not
+        // re-framed).
+        assert_eq!(sent[0].as_ptr(), data.as_ptr());
+    }
+
+    #[tokio::test]
+    async fn a_chunk_holding_the_usage_lingo_asked_for_loses_only_it() {
+        let mut st = reframing(true);
+        let data = Bytes::from(token("a") + USAGE + "data: [DONE]\n\n");
+        st.chunk(data, false);
+        let sent = sent(&mut st).concat();
+        let a = token("a").replacen("data:", "data: ", 1);
+        assert_eq!(String::from_utf8(sent).unwrap(), a + "data: [DONE]\n\n");
+        assert_eq!(st.tally.so_far().0, Some(2), "the usage is still read");
+    }
+
+    #[tokio::test]
+    async fn chunks_that_split_an_event_are_framed_again() {
+        let mut st = reframing(false);
+        let b = token("b");
+        let (head, tail) = b.split_at(20);
+        let first = Bytes::from(token("a") + head);
+        st.chunk(first.clone(), false);
+        st.chunk(Bytes::from(tail.to_string()), false);
+        let sent = sent(&mut st);
+        let framed = |t: String| Bytes::from(t.replacen("data:", "data: ", 1));
+        assert_eq!(sent, vec![framed(token("a")), framed(b.clone())]);
+        assert_ne!(sent[0].as_ptr(), first.as_ptr());
+        // Whole again: the next chunk goes on as it came.
+        let c = Bytes::from(token("c"));
+        st.chunk(c.clone(), false);
+        assert_eq!(sent_one(&mut st).as_ptr(), c.as_ptr());
+    }
+
+    fn sent_one(st: &mut State) -> Bytes {
+        let mut all = sent(st);
+        assert_eq!(all.len(), 1);
+        all.remove(0)
     }
 }

@@ -233,11 +233,23 @@ impl ProxyError {
 /// Decode JSON into a wire struct, naming the offending field path on failure.
 pub fn decode_json<'a, T: serde::Deserialize<'a>>(body: &'a [u8]) -> Result<T, ProxyError> {
     // One UTF-8 check for the whole body rather than one per string (`dialect::json`).
-    let result = match std::str::from_utf8(body) {
-        Ok(text) => serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_str(text)),
-        Err(_) => serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_slice(body)),
+    let text = std::str::from_utf8(body).ok();
+    let plain = match text {
+        Some(text) => T::deserialize(&mut serde_json::Deserializer::from_str(text)),
+        None => T::deserialize(&mut serde_json::Deserializer::from_slice(body)),
     };
-    result.map_err(|e| {
+    // Tracking the path costs allocations at every key: only a body that fails is read
+    // again for it (the same bytes fail the same way).
+    if let Ok(value) = plain {
+        return Ok(value);
+    }
+    let tracked = match text {
+        Some(text) => {
+            serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_str(text))
+        }
+        None => serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_slice(body)),
+    };
+    tracked.map_err(|e| {
         let path = e.path().to_string();
         let field = if path == "." { String::new() } else { path };
         ProxyError::invalid(field, user_words(&e.into_inner()))

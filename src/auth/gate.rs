@@ -43,6 +43,11 @@ impl Gate {
             metrics,
         }
     }
+
+    /// Whether any key is asked for (without keys the gate is left out of the stack).
+    pub fn guards(&self) -> bool {
+        self.auth.is_some()
+    }
 }
 
 /// The key a request presents: a bearer token, or Anthropic's `x-api-key`.

@@ -53,6 +53,11 @@ impl Admission {
 }
 
 impl Admission {
+    /// Whether in-flight requests are limited (without a limit the layer is left out).
+    pub fn limits(&self) -> bool {
+        self.slots.is_some()
+    }
+
     /// Whether more than 80% of the in-flight slots are taken (never, without a limit):
     /// shadow traffic is not sent then, so a mirror never pushes clients into refusals.
     pub fn nearly_full(&self) -> bool {

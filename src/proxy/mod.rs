@@ -19,6 +19,7 @@ use std::sync::Arc;
 use axum::middleware;
 use axum::routing::post;
 use axum::Router;
+use tower::util::option_layer;
 use tower::ServiceBuilder;
 
 use crate::auth;
@@ -45,7 +46,15 @@ pub fn app_with_metrics(config: Config, metrics: Arc<Metrics>) -> Router {
 pub fn router(state: Arc<AppState>) -> Router {
     let body_timeout = state.config.timeouts.client_body;
     let gate = auth::gate::Gate::new(&state.config.auth, state.metrics.clone());
+    // A gate or an admission layer with nothing to check is left out: each costs a boxed
+    // clone of the service below it and a boxed future per request.
     let slots = state.admission.clone();
+    let admission = slots
+        .limits()
+        .then(|| middleware::from_fn_with_state(slots, admission::admit));
+    let gate = gate
+        .guards()
+        .then(|| middleware::from_fn_with_state(gate, auth::gate::check));
     let body_limit = state.config.limits.max_request_body;
     let gen = |d: Dialect| move |s, h, b| generate::handle(s, d, h, b);
     let gen_stream = |d: Dialect| move |s, h, b| generate::handle_stream(s, d, h, b);
@@ -66,7 +75,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/api/generate", post(gen(Dialect::OllamaGenerate)))
         .route("/api/chat", post(gen(Dialect::OllamaChat)))
         // Only generation takes an in-flight slot (the routes above; probes never do).
-        .route_layer(middleware::from_fn_with_state(slots, admission::admit))
+        .route_layer(option_layer(admission))
         .merge(aux::routes())
         .fallback(aux::not_found)
         .with_state(state);
@@ -80,7 +89,7 @@ pub fn router(state: Arc<AppState>) -> Router {
             .layer(layers::request_id())
             .layer(layers::propagate_request_id())
             .layer(layers::catch_panic())
-            .layer(middleware::from_fn_with_state(gate, auth::gate::check))
+            .layer(option_layer(gate))
             .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
                 body_timeout,
             ))

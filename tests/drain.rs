@@ -160,7 +160,11 @@ async fn a_stream_open_at_the_deadline_ends_with_its_dialects_error() {
     let (mut stream, first) = open_stream(&mock, &lingo).await;
     lingo.signal("TERM");
     let (text, clean) = rest(&mut stream, first).await;
-    assert!(clean, "the stream was cut, not ended: {text}");
+    assert!(
+        clean,
+        "the stream was cut, not ended: {text}\n{}",
+        lingo.log()
+    );
     let events = common::sse_events(&text);
     let error = events.iter().find(|e| e.get("error").is_some());
     assert!(error.is_some(), "no in-band error event: {text}");

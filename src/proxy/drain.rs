@@ -1,6 +1,14 @@
 //! Shutdown as state the request path can read: draining (no new work, `/ready` is 503) and
 //! expired (the grace period is over: open streams end with their dialect's error).
 
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+
+use futures_util::task::{ArcWake, AtomicWaker};
+
 use tokio::sync::watch;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -13,7 +21,7 @@ enum Phase {
 /// One per server; cheap to clone, every clone sees the same phase.
 #[derive(Clone)]
 pub struct Drain {
-    tx: std::sync::Arc<watch::Sender<Phase>>,
+    tx: Arc<watch::Sender<Phase>>,
     rx: watch::Receiver<Phase>,
 }
 
@@ -21,7 +29,7 @@ impl Default for Drain {
     fn default() -> Drain {
         let (tx, rx) = watch::channel(Phase::Serving);
         Drain {
-            tx: std::sync::Arc::new(tx),
+            tx: Arc::new(tx),
             rx,
         }
     }
@@ -57,22 +65,80 @@ impl Drain {
     }
 
     /// Resolves once draining has started.
-    pub async fn draining(&self) {
-        self.reach(Phase::Draining).await
+    pub fn draining(&self) -> Reach {
+        self.reach(Phase::Draining)
     }
 
     /// Resolves once the grace period is over (never, while serving normally).
-    pub async fn expired(&self) {
-        self.reach(Phase::Expired).await
+    pub fn expired(&self) -> Reach {
+        self.reach(Phase::Expired)
     }
 
-    async fn reach(&self, phase: Phase) {
+    fn reach(&self, phase: Phase) -> Reach {
         let mut rx = self.rx.clone();
-        // The sender lives as long as any clone of `Drain`, so this only fails when none is
-        // left to ever advance it: then the phase is never reached.
-        if rx.wait_for(|p| *p >= phase).await.is_err() {
-            std::future::pending::<()>().await;
+        // Set: the first poll polls the wait.
+        let woke = Arc::new(Woke {
+            flag: AtomicBool::new(true),
+            task: AtomicWaker::new(),
+        });
+        Reach {
+            rx: self.rx.clone(),
+            phase,
+            wait: Box::pin(async move {
+                // The sender lives as long as any clone of `Drain`, so this only fails when
+                // none is left to ever advance it: then the phase is never reached.
+                if rx.wait_for(|p| *p >= phase).await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            }),
+            woke: woke.clone(),
+            waker: futures_util::task::waker(woke),
         }
+    }
+}
+
+/// A wait for a phase. A connection or a stream polls it at every wake-up of its task (every
+/// read, every event), and the channel's own wait takes a lock at each poll: so the channel's
+/// wait is polled only after it woke its own waker (a flag in front of the task's), as
+/// `FuturesUnordered` polls only the futures that woke. Any wake counts, spurious ones too
+/// (the channel has them), so the wait never sits unpolled without the channel's waker.
+pub struct Reach {
+    rx: watch::Receiver<Phase>,
+    phase: Phase,
+    wait: Pin<Box<dyn Future<Output = ()> + Send + Sync>>,
+    woke: Arc<Woke>,
+    /// `woke` as a waker, given to the channel.
+    waker: Waker,
+}
+
+/// Set when the channel wakes the wait; passes the wake on to the task.
+struct Woke {
+    flag: AtomicBool,
+    task: AtomicWaker,
+}
+
+impl ArcWake for Woke {
+    fn wake_by_ref(w: &Arc<Self>) {
+        w.flag.store(true, Ordering::Release);
+        w.task.wake();
+    }
+}
+
+impl Future for Reach {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = self.get_mut();
+        if *this.rx.borrow() >= this.phase {
+            return Poll::Ready(());
+        }
+        this.woke.task.register(cx.waker());
+        // Cleared before the poll: a wake during or after it is seen at the next one.
+        if !this.woke.flag.swap(false, Ordering::AcqRel) {
+            return Poll::Pending;
+        }
+        let mut own = Context::from_waker(&this.waker);
+        this.wait.as_mut().poll(&mut own)
     }
 }
 
@@ -94,5 +160,83 @@ mod tests {
         d.start();
         assert!(d.is_expired());
         waiter.await.unwrap();
+    }
+
+    struct Wakes(std::sync::atomic::AtomicUsize);
+
+    impl futures_util::task::ArcWake for Wakes {
+        fn wake_by_ref(w: &std::sync::Arc<Self>) {
+            w.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    fn waker() -> (std::sync::Arc<Wakes>, Waker) {
+        let w = std::sync::Arc::new(Wakes(0.into()));
+        (w.clone(), futures_util::task::waker(w))
+    }
+
+    fn woken(w: &Wakes) -> usize {
+        w.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    #[test]
+    fn a_wait_past_draining_is_woken_at_each_phase() {
+        let d = Drain::default();
+        let (count, w) = waker();
+        let mut cx = Context::from_waker(&w);
+        let mut f = d.expired();
+        assert!(Pin::new(&mut f).poll(&mut cx).is_pending());
+        assert!(Pin::new(&mut f).poll(&mut cx).is_pending());
+        d.start();
+        assert_eq!(woken(&count), 1);
+        // Draining is not the end of the grace: it waits again, and must be woken again.
+        assert!(Pin::new(&mut f).poll(&mut cx).is_pending());
+        d.expire();
+        assert_eq!(woken(&count), 2);
+        assert!(Pin::new(&mut f).poll(&mut cx).is_ready());
+    }
+
+    #[test]
+    fn a_wait_polled_by_another_task_wakes_that_one() {
+        let d = Drain::default();
+        let (first, w1) = waker();
+        let (second, w2) = waker();
+        let mut f = d.draining();
+        assert!(Pin::new(&mut f)
+            .poll(&mut Context::from_waker(&w1))
+            .is_pending());
+        assert!(Pin::new(&mut f)
+            .poll(&mut Context::from_waker(&w2))
+            .is_pending());
+        d.start();
+        assert_eq!((woken(&first), woken(&second)), (0, 1));
+    }
+
+    #[tokio::test]
+    async fn a_wait_first_polled_on_a_spent_budget_is_still_woken() {
+        let d = Drain::default();
+        let waiter = tokio::spawn({
+            let d = d.clone();
+            async move {
+                let mut f = d.draining();
+                std::future::poll_fn(|cx| {
+                    // Spend the task's budget, as a busy stream does, then poll the wait.
+                    let mut spend = Box::pin(tokio::task::consume_budget());
+                    while spend.as_mut().poll(cx).is_ready() {
+                        spend.set(tokio::task::consume_budget());
+                    }
+                    let _ = Pin::new(&mut f).poll(cx);
+                    Poll::Ready(())
+                })
+                .await;
+                f.await
+            }
+        });
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        d.start();
+        let woke = tokio::time::timeout(std::time::Duration::from_secs(5), waiter).await;
+        assert!(woke.is_ok(), "the wait never heard of the drain");
     }
 }

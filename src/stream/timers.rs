@@ -16,7 +16,7 @@ use tokio::time::{Instant, Sleep};
 
 use crate::config::Timeouts;
 use crate::error::{ProxyError, Timer};
-use crate::proxy::drain::Drain;
+use crate::proxy::drain::{Drain, Reach};
 
 /// The headers' deadline and the timer that owns it (for `Client::post_json_until`).
 #[derive(Debug, Clone, Copy)]
@@ -37,7 +37,7 @@ pub struct Timers {
     drain: Drain,
     /// `drain.expired()`, made once; polled only while `drain.is_expired()` is false, so
     /// never again after it resolved.
-    expired: Pin<Box<dyn Future<Output = ()> + Send>>,
+    expired: Reach,
 }
 
 impl Timers {
@@ -56,7 +56,6 @@ impl Timers {
                 timer: Timer::FirstToken,
             };
         }
-        let waiter = drain.clone();
         Timers {
             headers,
             first_token,
@@ -64,7 +63,7 @@ impl Timers {
             total,
             sleep: Box::pin(tokio::time::sleep_until(now)),
             drain: drain.clone(),
-            expired: Box::pin(async move { waiter.expired().await }),
+            expired: drain.expired(),
         }
     }
 
@@ -92,7 +91,7 @@ impl Timers {
         tokio::select! {
             r = f => r,
             () = self.sleep.as_mut() => Err(ProxyError::Timeout(Timer::Total)),
-            () = self.expired.as_mut() => Err(ProxyError::ShuttingDown),
+            () = &mut self.expired => Err(ProxyError::ShuttingDown),
         }
     }
 
@@ -117,7 +116,7 @@ impl Timers {
             return std::task::Poll::Ready(ProxyError::Timeout(timer));
         }
         // `expired` is never polled again once it resolved: the flag says so from then on.
-        if self.drain.is_expired() || self.expired.as_mut().poll(cx).is_ready() {
+        if self.drain.is_expired() || Pin::new(&mut self.expired).poll(cx).is_ready() {
             return std::task::Poll::Ready(ProxyError::ShuttingDown);
         }
         std::task::Poll::Pending

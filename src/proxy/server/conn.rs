@@ -429,6 +429,14 @@ pub(super) async fn serve(tcp: TcpStream, shared: Arc<Shared>, permit: OwnedSema
     // When lingo asked the connection to close; it is dropped `LINGER` later unless busy.
     let mut asked: Option<Instant> = None;
     let mut draining = shared.drain.is_draining();
+    // The waits live across turns of the loop, each made again only once it fired: made
+    // anew at every turn, each would register (and, dropped, unregister) again.
+    let drain = shared.drain.draining();
+    let changed = activity.changed.notified();
+    let reclaim = next_change(reclaims);
+    let sleep = tokio::time::sleep_until(Instant::now());
+    tokio::pin!(drain, changed, reclaim, sleep);
+    let mut armed: Option<Instant> = None;
     loop {
         let s = activity.snapshot();
         let now = Instant::now();
@@ -457,6 +465,10 @@ pub(super) async fn serve(tcp: TcpStream, shared: Arc<Shared>, permit: OwnedSema
             }
             wake = Some(wake.map_or(t + LINGER, |w| w.min(t + LINGER)));
         }
+        if let Some(at) = wake.filter(|at| armed != Some(*at)) {
+            sleep.as_mut().reset(at);
+            armed = Some(at);
+        }
         tokio::select! {
             r = conn.as_mut() => {
                 if let Err(e) = r {
@@ -464,10 +476,13 @@ pub(super) async fn serve(tcp: TcpStream, shared: Arc<Shared>, permit: OwnedSema
                 }
                 break;
             }
-            _ = sleep_until(wake) => {}
-            _ = activity.changed.notified() => {}
-            _ = changed(&mut reclaims) => reclaim_asked = true,
-            _ = shared.drain.draining(), if !draining => {
+            _ = sleep.as_mut(), if wake.is_some() => armed = None,
+            _ = changed.as_mut() => changed.set(activity.changed.notified()),
+            rx = reclaim.as_mut() => {
+                reclaim_asked = true;
+                reclaim.set(next_change(rx));
+            }
+            _ = drain.as_mut(), if !draining => {
                 draining = true;
                 // Busy connections finish what they serve and take no more requests.
                 if asked.is_none() {
@@ -480,11 +495,15 @@ pub(super) async fn serve(tcp: TcpStream, shared: Arc<Shared>, permit: OwnedSema
     drop(permit);
 }
 
-async fn sleep_until(at: Option<Instant>) {
-    match at {
-        Some(t) => tokio::time::sleep_until(t).await,
-        None => std::future::pending().await,
+/// The next change of `rx`, which it gives back for the one after.
+async fn next_change(
+    mut rx: tokio::sync::watch::Receiver<u64>,
+) -> tokio::sync::watch::Receiver<u64> {
+    // The sender lives in `Shared`, as long as this task: an error cannot happen.
+    if rx.changed().await.is_err() {
+        std::future::pending::<()>().await;
     }
+    rx
 }
 
 async fn changed(rx: &mut tokio::sync::watch::Receiver<u64>) {

@@ -143,6 +143,7 @@ HZ=$(getconf CLK_TCK)
 
 start_mock() { # tag replicas args...: sets MOCK_PID and MOCK_PORTS (one per replica)
   local tag=$1 n=$2; shift 2
+  : >"$WORK/$tag.urls"  # there before the first poll below reads it
   LINGO_LOG=warn $LINGO mock --listen 127.0.0.1:0 --replicas "$n" --kind vllm "$@" \
     >"$WORK/$tag.urls" 2>"$WORK/$tag.log" & MOCK_PID=$!; PIDS+=("$MOCK_PID")
   for _ in $(seq 1 200); do [ "$(wc -l <"$WORK/$tag.urls")" -ge "$n" ] && break; sleep 0.05; done

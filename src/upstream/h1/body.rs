@@ -115,8 +115,9 @@ impl http_body::Body for Body {
 
 /// Read what the socket has into the connection's buffer. A stream waits for most of its
 /// life (a token every few ms): waiting with an empty buffer, it lets the buffer go, so an
-/// idle stream holds no read memory (8 KiB each, at thousands of streams) and the next read
-/// takes a fresh one.
+/// idle stream holds no read memory (8 KiB each, at thousands of streams). The next read
+/// goes through the thread's scratch buffer into one of the size it needs (an event is a
+/// few hundred bytes: a fresh 8 KiB buffer per event was a slow malloc and free each).
 fn poll_fill(conn: &mut Conn, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
     loop {
         if conn.io.poll_read_ready(cx)?.is_pending() {
@@ -125,11 +126,22 @@ fn poll_fill(conn: &mut Conn, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
             }
             return Poll::Pending;
         }
-        super::reserve(&mut conn.buf);
-        let room = conn.buf.capacity() - conn.buf.len();
-        match conn.io.try_read_buf(&mut conn.buf) {
+        let read = if conn.buf.capacity() == 0 {
+            SCRATCH.with_borrow_mut(|scratch| {
+                let r = conn.io.try_read(scratch);
+                if let Ok(n) = r {
+                    conn.buf.extend_from_slice(&scratch[..n]);
+                }
+                r.map(|n| (n, scratch.len()))
+            })
+        } else {
+            super::reserve(&mut conn.buf);
+            let room = conn.buf.capacity() - conn.buf.len();
+            conn.io.try_read_buf(&mut conn.buf).map(|n| (n, room))
+        };
+        match read {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-            Ok(n) if n > 0 && n < room => {
+            Ok((n, room)) if n > 0 && n < room => {
                 // A read that did not fill its room took all the socket had: say so to
                 // tokio now, rather than with one more read that finds nothing (a syscall
                 // per event in a stream). Data that comes after it is a new readiness
@@ -139,7 +151,12 @@ fn poll_fill(conn: &mut Conn, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
                 });
                 return Poll::Ready(Ok(n));
             }
-            done => return Poll::Ready(done),
+            done => return Poll::Ready(done.map(|(n, _)| n)),
         }
     }
+}
+
+thread_local! {
+    /// Where a read with no buffer of its own lands first (one per worker thread).
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(vec![0; 8 << 10]);
 }

@@ -34,6 +34,7 @@
 #   PARTS="instant realistic memory"   which parts to run
 #   INSTALL=1         install what is missing (0: skip what is missing)
 #   LINGO_BIN=path    measure this lingo binary instead of building this checkout's
+#   KEEP=1            keep the work directory (every process's log, the bench JSON) at exit
 #
 # Installs (as root, when missing): nginx-light and wrk from Debian; sglang-router and
 # vllm-router from PyPI into ${CARGO_TARGET_DIR:-target}/bench-venv. A router that cannot be
@@ -54,6 +55,7 @@ MEM_NGINX=${MEM_NGINX:-1}
 ROUTER_POLICY=${ROUTER_POLICY:-round_robin}
 PARTS=${PARTS:-instant realistic memory}
 INSTALL=${INSTALL:-1}
+KEEP=${KEEP:-0}
 mkdir -p "${CARGO_TARGET_DIR:-target}"
 TARGET=$(cd "${CARGO_TARGET_DIR:-target}" && pwd)
 VENV=$TARGET/bench-venv
@@ -62,7 +64,7 @@ WORK=$(mktemp -d)
 PIDS=()
 cleanup() {
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  rm -rf "$WORK"
+  if [ "$KEEP" = 1 ]; then echo "kept $WORK (logs, configs, bench JSON)" >&2; else rm -rf "$WORK"; fi
 }
 trap cleanup EXIT
 # 2,000 streams through a proxy are 4,000 sockets; the mock and the driver hold as many.

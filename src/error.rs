@@ -232,24 +232,26 @@ impl ProxyError {
 
 /// Decode JSON into a wire struct, naming the offending field path on failure.
 pub fn decode_json<'a, T: serde::Deserialize<'a>>(body: &'a [u8]) -> Result<T, ProxyError> {
+    use serde_json::de::{SliceRead, StrRead};
     // One UTF-8 check for the whole body rather than one per string (`dialect::json`).
-    let text = std::str::from_utf8(body).ok();
-    let plain = match text {
-        Some(text) => T::deserialize(&mut serde_json::Deserializer::from_str(text)),
-        None => T::deserialize(&mut serde_json::Deserializer::from_slice(body)),
-    };
-    // Tracking the path costs allocations at every key: only a body that fails is read
-    // again for it (the same bytes fail the same way).
-    if let Ok(value) = plain {
+    match std::str::from_utf8(body) {
+        Ok(text) => decode_from(|| StrRead::new(text)),
+        Err(_) => decode_from(|| SliceRead::new(body)),
+    }
+}
+
+/// `decode_json` over a reader made by `read`: serde alone first, since tracking the path
+/// costs allocations at every key; a body that fails is read again for its path (the same
+/// bytes fail the same way).
+fn decode_from<'a, R, T>(read: impl Fn() -> R) -> Result<T, ProxyError>
+where
+    R: serde_json::de::Read<'a>,
+    T: serde::Deserialize<'a>,
+{
+    if let Ok(value) = T::deserialize(&mut serde_json::Deserializer::new(read())) {
         return Ok(value);
     }
-    let tracked = match text {
-        Some(text) => {
-            serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_str(text))
-        }
-        None => serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_slice(body)),
-    };
-    tracked.map_err(|e| {
+    serde_path_to_error::deserialize(&mut serde_json::Deserializer::new(read())).map_err(|e| {
         let path = e.path().to_string();
         let field = if path == "." { String::new() } else { path };
         ProxyError::invalid(field, user_words(&e.into_inner()))

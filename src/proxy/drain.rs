@@ -164,19 +164,19 @@ mod tests {
 
     struct Wakes(std::sync::atomic::AtomicUsize);
 
-    impl futures_util::task::ArcWake for Wakes {
-        fn wake_by_ref(w: &std::sync::Arc<Self>) {
-            w.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    impl ArcWake for Wakes {
+        fn wake_by_ref(w: &Arc<Self>) {
+            w.0.fetch_add(1, Ordering::SeqCst);
         }
     }
 
-    fn waker() -> (std::sync::Arc<Wakes>, Waker) {
-        let w = std::sync::Arc::new(Wakes(0.into()));
+    fn waker() -> (Arc<Wakes>, Waker) {
+        let w = Arc::new(Wakes(0.into()));
         (w.clone(), futures_util::task::waker(w))
     }
 
     fn woken(w: &Wakes) -> usize {
-        w.0.load(std::sync::atomic::Ordering::SeqCst)
+        w.0.load(Ordering::SeqCst)
     }
 
     #[test]

@@ -89,9 +89,12 @@ type Chunk = Option<Result<http_body::Frame<Bytes>, BodyError>>;
 /// Build the client-facing stream over an upstream body.
 pub fn pipeline(up: Upstream, output: Output) -> impl Stream<Item = Emit> + Send {
     let parser = FrameParser::new(up.dialect.framing()).with_limit(up.max_event);
-    Pipeline(
-        State::new(Some(up.body), up.dialect, parser, up.timers, output).waited(up.header_wait),
-    )
+    let st = State::new(Some(up.body), up.dialect, parser, up.timers, output);
+    // The time already spent waiting for the headers counts as waiting.
+    Pipeline(State {
+        wait: up.header_wait,
+        ..st
+    })
 }
 
 impl State {
@@ -124,12 +127,6 @@ impl State {
             ready: Vec::new(),
             pending: None,
         }
-    }
-
-    /// Time already spent waiting for the headers.
-    fn waited(mut self, header_wait: Duration) -> State {
-        self.wait = header_wait;
-        self
     }
 }
 
@@ -408,7 +405,8 @@ impl State {
                 if *strip_usage && is_usage_only(&self.events) {
                     return Written::Dropped;
                 }
-                if defer && alias.is_none() {
+                // (`chunk` defers only without an alias.)
+                if defer {
                     return Written::Deferred;
                 }
                 // Copied once, into `out`, unless the model name must change.
@@ -511,8 +509,6 @@ fn outcome(err: &ProxyError) -> Outcome {
     }
 }
 
-/// Whether a frame's events are only the request's usage totals (OpenAI's `choices: []`
-/// usage chunk).
 /// What `State::write` did with a frame.
 enum Written {
     /// Its output is in `out` (or, forwarding raw, nothing was needed).
@@ -531,6 +527,8 @@ fn reframe(framing: Framing, data: &[u8], out: &mut BytesMut) {
     }
 }
 
+/// Whether a frame's events are only the request's usage totals (OpenAI's `choices: []`
+/// usage chunk).
 fn is_usage_only(events: &[Event]) -> bool {
     events.iter().any(|e| matches!(e, Event::Usage(_)))
         && events

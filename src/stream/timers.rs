@@ -35,8 +35,7 @@ pub struct Timers {
     /// Reused for every wait, reset to the nearest deadline.
     sleep: Pin<Box<Sleep>>,
     drain: Drain,
-    /// `drain.expired()`, made once; polled only while `drain.is_expired()` is false, so
-    /// never again after it resolved.
+    /// `drain.expired()`, made once (it says Ready again if polled after it resolved).
     expired: Reach,
 }
 
@@ -115,8 +114,7 @@ impl Timers {
         if self.sleep.as_mut().poll(cx).is_ready() {
             return std::task::Poll::Ready(ProxyError::Timeout(timer));
         }
-        // `expired` is never polled again once it resolved: the flag says so from then on.
-        if self.drain.is_expired() || Pin::new(&mut self.expired).poll(cx).is_ready() {
+        if Pin::new(&mut self.expired).poll(cx).is_ready() {
             return std::task::Poll::Ready(ProxyError::ShuttingDown);
         }
         std::task::Poll::Pending

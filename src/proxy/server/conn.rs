@@ -499,10 +499,7 @@ pub(super) async fn serve(tcp: TcpStream, shared: Arc<Shared>, permit: OwnedSema
 async fn next_change(
     mut rx: tokio::sync::watch::Receiver<u64>,
 ) -> tokio::sync::watch::Receiver<u64> {
-    // The sender lives in `Shared`, as long as this task: an error cannot happen.
-    if rx.changed().await.is_err() {
-        std::future::pending::<()>().await;
-    }
+    changed(&mut rx).await;
     rx
 }
 

@@ -3,7 +3,7 @@
 mod body;
 mod client;
 mod detect;
-mod h1;
+pub(crate) mod h1;
 mod models;
 
 pub use body::{BodyError, UpstreamBody};

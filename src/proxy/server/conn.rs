@@ -9,6 +9,7 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -41,37 +42,44 @@ const RECLAIM_AFTER: Duration = Duration::from_millis(250);
 /// The HTTP/2 connection preface (RFC 9113, section 3.4).
 const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
-/// hyper-util's builder three ways: told the protocol, or finding it out.
+/// hyper-util's builder two ways: for HTTP/2, or finding the protocol out.
 pub(super) struct Builders {
     auto: Builder<TokioExecutor>,
-    h1: Builder<TokioExecutor>,
     h2: Builder<TokioExecutor>,
 }
 
 impl Builders {
     pub fn new(auto: Builder<TokioExecutor>) -> Builders {
         Builders {
-            h1: auto.clone().http1_only(),
             h2: auto.clone().http2_only(),
             auto,
         }
     }
+}
 
-    /// The builder for a connection whose first bytes are `first` (peeked, so still
-    /// unread). hyper-util finds the protocol by reading the first 24 bytes itself, and
-    /// hyper's first read then returns only those: its 8 KiB buffer doubles for the rest
-    /// of the head, and every connection keeps 16 KiB. Told the protocol, hyper reads the
-    /// request whole into 8 KiB. Too few bytes to tell (a client sending its first bytes
-    /// one by one) is left to hyper-util.
-    fn pick(&self, first: &[u8]) -> &Builder<TokioExecutor> {
-        let n = first.len().min(H2_PREFACE.len());
-        if first[..n] != H2_PREFACE[..n] {
-            &self.h1
-        } else if n == H2_PREFACE.len() {
-            &self.h2
-        } else {
-            &self.auto
-        }
+/// Which server a connection gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Proto {
+    /// lingo's own HTTP/1 connection (`super::h1`).
+    H1,
+    /// hyper's HTTP/2.
+    H2,
+    /// Too few bytes to tell (a client sending its first bytes one by one), or none: hyper-
+    /// util finds out by reading them itself.
+    Unknown,
+}
+
+/// The protocol of a connection whose first bytes are `first` (peeked, so still unread).
+/// Told it, hyper's HTTP/2 reads the preface itself; hyper-util's detection would read the
+/// first 24 bytes apart and keep a buffer for them.
+fn pick(first: &[u8]) -> Proto {
+    let n = first.len().min(H2_PREFACE.len());
+    if first[..n] != H2_PREFACE[..n] {
+        Proto::H1
+    } else if n == H2_PREFACE.len() {
+        Proto::H2
+    } else {
+        Proto::Unknown
     }
 }
 
@@ -145,9 +153,12 @@ struct Snapshot {
     active: usize,
 }
 
-struct Activity {
+pub(super) struct Activity {
     now: Mutex<Snapshot>,
     changed: Notify,
+    /// lingo asked the connection to close once no request is in it (lingo's own HTTP/1
+    /// reads this; hyper's connections are told through `graceful_shutdown`).
+    asked: AtomicBool,
 }
 
 impl Activity {
@@ -162,7 +173,16 @@ impl Activity {
                 active: 0,
             }),
             changed: Notify::new(),
+            asked: AtomicBool::new(false),
         }
+    }
+
+    pub(super) fn ask_close(&self) {
+        self.asked.store(true, Ordering::Relaxed);
+    }
+
+    pub(super) fn close_asked(&self) -> bool {
+        self.asked.load(Ordering::Relaxed)
     }
 
     fn lock(&self) -> MutexGuard<'_, Snapshot> {
@@ -174,7 +194,7 @@ impl Activity {
     }
 
     /// A read returned bytes (`true`) or found nothing (`false`).
-    fn on_read(&self, bytes: bool) {
+    pub(super) fn on_read(&self, bytes: bool) {
         let mut s = self.lock();
         if s.phase != Phase::Idle {
             return;
@@ -199,7 +219,7 @@ impl Activity {
         self.changed.notify_one();
     }
 
-    fn begin(self: &Arc<Self>, version: Version) -> Busy {
+    pub(super) fn begin(self: &Arc<Self>, version: Version) -> Busy {
         let mut s = self.lock();
         s.active += 1;
         s.phase = Phase::Busy;
@@ -225,7 +245,7 @@ impl Activity {
 }
 
 /// A request in progress; dropped when its response body ends or is dropped.
-struct Busy(Arc<Activity>);
+pub(super) struct Busy(Arc<Activity>);
 
 impl Drop for Busy {
     fn drop(&mut self) {
@@ -401,27 +421,69 @@ fn verdict(s: &Snapshot, now: Instant, c: &Clocks, draining: bool, pressure: boo
     }
 }
 
+type HyperConn<'a> =
+    hyper_util::server::conn::auto::Connection<'a, TokioIo<Watched>, Svc, TokioExecutor>;
+type ConnError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A connection being served: by lingo's own HTTP/1, or by hyper.
+enum Link<'a> {
+    Own(Pin<Box<dyn Future<Output = std::io::Result<()>> + Send + 'a>>),
+    Hyper(Pin<Box<HyperConn<'a>>>),
+}
+
+impl<'a> Link<'a> {
+    fn new(proto: Proto, tcp: TcpStream, shared: &'a Shared, activity: &Arc<Activity>) -> Self {
+        let router = shared.router.clone();
+        let builder = match proto {
+            Proto::H1 => {
+                return Link::Own(Box::pin(super::h1::serve(tcp, router, activity.clone())))
+            }
+            Proto::H2 => &shared.builders.h2,
+            Proto::Unknown => &shared.builders.auto,
+        };
+        let io = TokioIo::new(Watched {
+            io: tcp,
+            activity: activity.clone(),
+        });
+        let svc = Svc {
+            router,
+            activity: activity.clone(),
+        };
+        Link::Hyper(Box::pin(builder.serve_connection(io, svc)))
+    }
+
+    /// Ask it to close once no request is in it (HTTP/2: GOAWAY, then finish its streams).
+    fn close(&mut self, activity: &Activity) {
+        match self {
+            Link::Own(_) => activity.ask_close(),
+            Link::Hyper(c) => c.as_mut().graceful_shutdown(),
+        }
+    }
+}
+
+impl Future for Link<'_> {
+    type Output = Result<(), ConnError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.get_mut() {
+            Link::Own(c) => c.as_mut().poll(cx).map_err(Into::into),
+            Link::Hyper(c) => c.as_mut().poll(cx),
+        }
+    }
+}
+
 /// Serve one accepted connection until it ends or lingo ends it; `permit` is its place
 /// under `limits.max_connections`.
 pub(super) async fn serve(tcp: TcpStream, shared: Arc<Shared>, permit: OwnedSemaphorePermit) {
     let activity = Arc::new(Activity::new());
     let mut reclaims = shared.gate.reclaims();
     let mut first = [0u8; 24];
-    let (builder, mut reclaim_asked) =
+    let (proto, mut reclaim_asked) =
         match peek_first(&tcp, &mut first, &shared, &mut reclaims).await {
-            First::Bytes(n) => (shared.builders.pick(&first[..n]), false),
-            First::Gone { reclaim_asked } => (&shared.builders.auto, reclaim_asked),
+            First::Bytes(n) => (pick(&first[..n]), false),
+            First::Gone { reclaim_asked } => (Proto::Unknown, reclaim_asked),
         };
-    let io = TokioIo::new(Watched {
-        io: tcp,
-        activity: activity.clone(),
-    });
-    let svc = Svc {
-        router: shared.router.clone(),
-        activity: activity.clone(),
-    };
-    let conn = builder.serve_connection(io, svc);
-    tokio::pin!(conn);
+    let mut conn = Link::new(proto, tcp, &shared, &activity);
     let clocks = Clocks {
         header: shared.header,
         idle: shared.idle,
@@ -451,7 +513,7 @@ pub(super) async fn serve(tcp: TcpStream, shared: Arc<Shared>, permit: OwnedSema
             Verdict::Close(why) => {
                 if asked.is_none() {
                     tracing::debug!(why, "connection closing");
-                    conn.as_mut().graceful_shutdown();
+                    conn.close(&activity);
                     asked = Some(now);
                 }
                 None
@@ -470,7 +532,7 @@ pub(super) async fn serve(tcp: TcpStream, shared: Arc<Shared>, permit: OwnedSema
             armed = Some(at);
         }
         tokio::select! {
-            r = conn.as_mut() => {
+            r = &mut conn => {
                 if let Err(e) = r {
                     tracing::debug!(error = %e, "connection ended");
                 }
@@ -486,7 +548,7 @@ pub(super) async fn serve(tcp: TcpStream, shared: Arc<Shared>, permit: OwnedSema
                 draining = true;
                 // Busy connections finish what they serve and take no more requests.
                 if asked.is_none() {
-                    conn.as_mut().graceful_shutdown();
+                    conn.close(&activity);
                     asked = Some(Instant::now());
                 }
             }
@@ -516,16 +578,14 @@ mod tests {
 
     #[test]
     fn the_first_bytes_tell_the_protocol_only_when_they_can() {
-        let b = Builders::new(Builder::new(TokioExecutor::new()));
-        let is = |first: &[u8], want: &Builder<TokioExecutor>| std::ptr::eq(b.pick(first), want);
-        assert!(is(b"POST /v1/completions HTTP/1.1\r\n", &b.h1));
-        assert!(is(b"G", &b.h1));
+        assert_eq!(pick(b"POST /v1/completions HTTP/1.1\r\n"), Proto::H1);
+        assert_eq!(pick(b"G"), Proto::H1);
         // "PRI" could still be a method of HTTP/1 until the preface departs from it.
-        assert!(is(b"PRI / HTTP/1.1\r\n", &b.h1));
-        assert!(is(H2_PREFACE, &b.h2));
-        assert!(is(b"PRI * HTTP/2.0\r\n", &b.auto));
-        assert!(is(b"P", &b.auto));
-        assert!(b.h1.is_http1_available() && !b.h1.is_http2_available());
+        assert_eq!(pick(b"PRI / HTTP/1.1\r\n"), Proto::H1);
+        assert_eq!(pick(H2_PREFACE), Proto::H2);
+        assert_eq!(pick(b"PRI * HTTP/2.0\r\n"), Proto::Unknown);
+        assert_eq!(pick(b"P"), Proto::Unknown);
+        let b = Builders::new(Builder::new(TokioExecutor::new()));
         assert!(b.h2.is_http2_available() && !b.h2.is_http1_available());
     }
 

@@ -3,6 +3,7 @@
 //! then make open streams end, then return).
 
 mod conn;
+mod h1;
 mod limit;
 
 pub use limit::default_max_connections;

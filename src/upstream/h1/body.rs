@@ -7,6 +7,7 @@ use std::task::{ready, Context, Poll};
 use bytes::{Bytes, BytesMut};
 use http_body::{Frame, SizeHint};
 use tokio::io::Interest;
+use tokio::net::TcpStream;
 
 use super::framing::{Framing, Step};
 use super::pool::Conn;
@@ -88,7 +89,7 @@ impl http_body::Body for Body {
                 }
                 Ok(Step::NeedMore) => {}
             }
-            match ready!(poll_fill(conn, cx)) {
+            match ready!(poll_fill(&conn.io, &mut conn.buf, cx)) {
                 Ok(0) if this.framing.ends_at_close() => {
                     this.conn = None;
                     return Poll::Ready(None);
@@ -118,26 +119,30 @@ impl http_body::Body for Body {
 /// idle stream holds no read memory (8 KiB each, at thousands of streams). The next read
 /// goes through the thread's scratch buffer into one of the size it needs (an event is a
 /// few hundred bytes: a fresh 8 KiB buffer per event was a slow malloc and free each).
-fn poll_fill(conn: &mut Conn, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+pub(crate) fn poll_fill(
+    io: &TcpStream,
+    buf: &mut BytesMut,
+    cx: &mut Context<'_>,
+) -> Poll<io::Result<usize>> {
     loop {
-        if conn.io.poll_read_ready(cx)?.is_pending() {
-            if conn.buf.is_empty() {
-                conn.buf = BytesMut::new();
+        if io.poll_read_ready(cx)?.is_pending() {
+            if buf.is_empty() {
+                *buf = BytesMut::new();
             }
             return Poll::Pending;
         }
-        let read = if conn.buf.capacity() == 0 {
+        let read = if buf.capacity() == 0 {
             SCRATCH.with_borrow_mut(|scratch| {
-                let r = conn.io.try_read(scratch);
+                let r = io.try_read(scratch);
                 if let Ok(n) = r {
-                    conn.buf.extend_from_slice(&scratch[..n]);
+                    buf.extend_from_slice(&scratch[..n]);
                 }
                 r.map(|n| (n, scratch.len()))
             })
         } else {
-            super::reserve(&mut conn.buf);
-            let room = conn.buf.capacity() - conn.buf.len();
-            conn.io.try_read_buf(&mut conn.buf).map(|n| (n, room))
+            super::reserve(buf);
+            let room = buf.capacity() - buf.len();
+            io.try_read_buf(buf).map(|n| (n, room))
         };
         match read {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
@@ -146,7 +151,7 @@ fn poll_fill(conn: &mut Conn, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
                 // tokio now, rather than with one more read that finds nothing (a syscall
                 // per event in a stream). Data that comes after it is a new readiness
                 // event, which the clearing cannot lose.
-                let _ = conn.io.try_io(Interest::READABLE, || {
+                let _ = io.try_io(Interest::READABLE, || {
                     Err::<(), _>(io::ErrorKind::WouldBlock.into())
                 });
                 return Poll::Ready(Ok(n));

@@ -96,7 +96,7 @@ fn framing(status: StatusCode, h: &HeaderMap, head_request: bool) -> Result<Fram
     Ok(Framing::Length(n))
 }
 
-fn parse_length(v: &[u8]) -> Option<u64> {
+pub(crate) fn parse_length(v: &[u8]) -> Option<u64> {
     let v = trim(v);
     if v.is_empty() || !v.iter().all(u8::is_ascii_digit) {
         return None;
@@ -104,7 +104,7 @@ fn parse_length(v: &[u8]) -> Option<u64> {
     std::str::from_utf8(v).ok()?.parse().ok()
 }
 
-fn trim(v: &[u8]) -> &[u8] {
+pub(crate) fn trim(v: &[u8]) -> &[u8] {
     let start = v
         .iter()
         .position(|b| !b.is_ascii_whitespace())
@@ -116,7 +116,7 @@ fn trim(v: &[u8]) -> &[u8] {
     &v[start..end]
 }
 
-fn has_token(v: &[u8], token: &str) -> bool {
+pub(crate) fn has_token(v: &[u8], token: &str) -> bool {
     v.split(|&b| b == b',')
         .any(|t| trim(t).eq_ignore_ascii_case(token.as_bytes()))
 }

@@ -8,7 +8,7 @@
 //! upstream and the client. `https://` upstreams keep hyper's client (TLS, HTTP/2).
 
 mod body;
-mod framing;
+pub(crate) mod framing;
 mod head;
 mod pool;
 
@@ -19,8 +19,10 @@ use bytes::BytesMut;
 use http::{HeaderMap, StatusCode};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+pub(crate) use body::poll_fill;
 pub use body::Body;
 pub use head::encode as encode_head;
+pub(crate) use head::{has_token, parse_length, trim};
 pub use pool::Pool;
 
 use pool::Conn;
@@ -146,7 +148,7 @@ async fn read_head(conn: &mut Conn, head_request: bool) -> Result<head::Head, Er
 }
 
 /// Room for the next read: 8 KiB, the size of most streams' events many times over.
-fn reserve(buf: &mut BytesMut) {
+pub(crate) fn reserve(buf: &mut BytesMut) {
     if buf.capacity() - buf.len() < 1024 {
         buf.reserve(8 << 10);
     }

@@ -1,0 +1,341 @@
+//! lingo's own HTTP/1.1 server connection (HTTP/2 stays with hyper).
+//!
+//! Why not hyper's: every hyper connection keeps an 8 KiB read buffer and an 8 KiB write
+//! buffer for its whole life, which at thousands of streams is most of lingo's memory, and
+//! its dispatcher costs more per request and per event than the proxying itself. Here the
+//! read buffer exists only while bytes wait in it (reads into an empty one go through the
+//! thread's scratch buffer, as the upstream client's do), a response's bytes are gathered
+//! per wake-up and written in one call, and the connection task is the only task: the
+//! handler reads a body still arriving straight from the socket (`body::Body`).
+//!
+//! While a request is served the socket is still watched: a client that closes its end
+//! (EOF) or breaks it has left, and its request is dropped, which is what stops the
+//! upstream generating for no one (as hyper does without `half_close`).
+
+mod body;
+mod request;
+mod response;
+
+use std::future::{poll_fn, Future};
+use std::io::{self, IoSlice};
+use std::pin::{pin, Pin};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use axum::body::Body as AxumBody;
+use axum::Router;
+use bytes::{Bytes, BytesMut};
+use http::Method;
+use http_body::Body as _;
+use tokio::net::TcpStream;
+use tower::Service;
+
+use super::conn::Activity;
+use crate::upstream::h1::framing::Framing;
+use crate::upstream::h1::poll_fill;
+use request::Head;
+use response::{Ask, Out};
+
+/// Response bytes gathered before they are written even if more are ready at once.
+const GATHER: usize = 64 << 10;
+/// Body frames larger than this are written from where they are, not copied first.
+const COPY_UP_TO: usize = 16 << 10;
+
+/// Serve HTTP/1 requests on `tcp` until the client closes, a request asks to close, or
+/// `activity` is asked to close (between requests).
+pub(super) async fn serve(
+    tcp: TcpStream,
+    router: Router,
+    activity: Arc<Activity>,
+) -> io::Result<()> {
+    let mut c = Conn {
+        io: Arc::new(tcp),
+        buf: BytesMut::new(),
+        router,
+        activity,
+        rest: Arc::new(body::Rest::default()),
+        body_open: false,
+    };
+    loop {
+        let head = match c.next_head().await? {
+            None => return Ok(()),
+            Some(Ok(head)) => head,
+            Some(Err(refusal)) => {
+                tracing::debug!(why = refusal.why, "request head refused");
+                let mut out = Vec::new();
+                response::refusal(&mut out, refusal.status);
+                return write_all(&c.io, &[IoSlice::new(&out)]).await;
+            }
+        };
+        if !c.exchange(head).await? {
+            return Ok(());
+        }
+    }
+}
+
+struct Conn {
+    io: Arc<TcpStream>,
+    /// Read and not yet taken: the next head, or the body's start. Empty, it holds no memory.
+    buf: BytesMut,
+    router: Router,
+    activity: Arc<Activity>,
+    rest: Arc<body::Rest>,
+    /// A body is read by the handler (`body::Body`), which has the buffer until it ends.
+    body_open: bool,
+}
+
+/// How a response body went out.
+enum Gather {
+    /// Bytes to write, and more to come.
+    More,
+    /// The body ended; write what is gathered and the request is done.
+    End,
+    /// The body failed or the client left: write what is gathered (if anything) and close.
+    Abort,
+}
+
+impl Conn {
+    /// The next request head, or `None` when the connection is done (closed by the client,
+    /// or asked to close while no request was in it).
+    async fn next_head(&mut self) -> io::Result<Option<Result<Head, request::Refusal>>> {
+        loop {
+            if !self.buf.is_empty() {
+                match request::parse(&self.buf) {
+                    Ok(Some(head)) => return Ok(Some(Ok(head))),
+                    Err(refusal) => return Ok(Some(Err(refusal))),
+                    Ok(None) => {}
+                }
+            }
+            if poll_fn(|cx| self.poll_read_head(cx)).await? == 0 {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// Read more of a head; 0 when the client closed, or lingo asked to close between
+    /// requests (checked at every poll: the connection loop asks from this same task).
+    fn poll_read_head(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        if self.buf.is_empty() && self.activity.close_asked() {
+            return Poll::Ready(Ok(0));
+        }
+        let r = poll_fill(&self.io, &mut self.buf, cx);
+        match &r {
+            Poll::Ready(Ok(n)) if *n > 0 => self.activity.on_read(true),
+            Poll::Pending => self.activity.on_read(false),
+            _ => {}
+        }
+        r
+    }
+
+    /// Serve one request; `true` when the connection can take the next.
+    async fn exchange(&mut self, head: Head) -> io::Result<bool> {
+        let _ = self.buf.split_to(head.len);
+        let version = head.request.version();
+        let head_method = head.request.method() == Method::HEAD;
+        let busy = self.activity.begin(version);
+        let body = self.body(&head).await?;
+        let call = self.router.call(head.request.map(|()| body));
+        let Some(Ok(resp)) = self.until_gone(call).await else {
+            tracing::debug!("client left before its answer");
+            return Ok(false);
+        };
+        let (parts, body) = resp.into_parts();
+        // A body the handler left unread cannot be skipped to the next request.
+        let keep_alive = head.keep_alive && !self.activity.close_asked() && self.body_done();
+        let ask = Ask {
+            version,
+            head_method,
+            keep_alive,
+        };
+        let mut out = Vec::with_capacity(256);
+        let (framing, keep) = response::encode(&mut out, &parts, &body.size_hint(), ask);
+        let ended = self.send(out, body, framing).await?;
+        drop(busy);
+        Ok(keep && ended && self.body_done())
+    }
+
+    /// The request's body: whole already (copied out of the read buffer, which is let go if
+    /// nothing else is in it), or read by the handler as it arrives.
+    async fn body(&mut self, head: &Head) -> io::Result<AxumBody> {
+        let body = match head.framing {
+            Framing::Length(n) if n as usize <= self.buf.len() => {
+                let whole = Bytes::copy_from_slice(&self.buf[..n as usize]);
+                let _ = self.buf.split_to(n as usize);
+                if whole.is_empty() {
+                    AxumBody::empty()
+                } else {
+                    AxumBody::from(whole)
+                }
+            }
+            framing => {
+                if head.expect_continue {
+                    write_all(&self.io, &[IoSlice::new(b"HTTP/1.1 100 Continue\r\n\r\n")]).await?;
+                }
+                let buf = std::mem::take(&mut self.buf);
+                self.body_open = true;
+                let b = body::Body::new(self.io.clone(), buf, framing, self.rest.clone());
+                AxumBody::new(b)
+            }
+        };
+        if self.buf.is_empty() {
+            self.buf = BytesMut::new();
+        }
+        Ok(body)
+    }
+
+    /// Whether the request body ended (its buffer, with whatever followed it, is back).
+    fn body_done(&mut self) -> bool {
+        if self.body_open {
+            let Some(buf) = self.rest.take() else {
+                return false;
+            };
+            self.buf = buf;
+            self.body_open = false;
+        }
+        true
+    }
+
+    /// `call`'s outcome, or `None` if the client left first.
+    async fn until_gone<F: Future>(&mut self, call: F) -> Option<F::Output> {
+        let mut call = pin!(call);
+        poll_fn(|cx| {
+            if let Poll::Ready(r) = call.as_mut().poll(cx) {
+                return Poll::Ready(Some(r));
+            }
+            self.poll_gone(cx).map(|()| None)
+        })
+        .await
+    }
+
+    /// Ready when the client has closed or broken its end. Only watched once the request's
+    /// body has ended and no next request waits in the buffer (a pipelining client's bytes
+    /// are kept, not read as a close).
+    fn poll_gone(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        if !self.body_done() || !self.buf.is_empty() {
+            return Poll::Pending;
+        }
+        match poll_fill(&self.io, &mut self.buf, cx) {
+            Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => Poll::Ready(()),
+            Poll::Ready(Ok(_)) | Poll::Pending => Poll::Pending,
+        }
+    }
+
+    /// Write the head in `out` and the body after it; `true` if all of it went out.
+    async fn send(&mut self, mut out: Vec<u8>, body: AxumBody, framing: Out) -> io::Result<bool> {
+        if framing == Out::Bodiless {
+            write_all(&self.io, &[IoSlice::new(&out)]).await?;
+            return Ok(true);
+        }
+        let mut body = pin!(body);
+        let mut left = match framing {
+            Out::Length(n) => n,
+            _ => u64::MAX,
+        };
+        loop {
+            let mut big = None;
+            let step = poll_fn(|cx| {
+                self.gather(cx, body.as_mut(), &mut out, &mut big, framing, &mut left)
+            })
+            .await;
+            let tail: &[u8] = match (&big, framing) {
+                (Some(_), Out::Chunked) => b"\r\n",
+                _ => b"",
+            };
+            let slices = [
+                IoSlice::new(&out),
+                IoSlice::new(big.as_deref().unwrap_or_default()),
+                IoSlice::new(tail),
+            ];
+            write_all(&self.io, &slices).await?;
+            out.clear();
+            match step {
+                Gather::More => {}
+                Gather::End => return Ok(true),
+                Gather::Abort => return Ok(false),
+            }
+        }
+    }
+
+    /// Take every body frame that is ready into `out` (a large one into `big`, last), framed
+    /// for the wire; ready once there is something to write or the body is over.
+    fn gather(
+        &mut self,
+        cx: &mut Context<'_>,
+        mut body: Pin<&mut AxumBody>,
+        out: &mut Vec<u8>,
+        big: &mut Option<Bytes>,
+        framing: Out,
+        left: &mut u64,
+    ) -> Poll<Gather> {
+        loop {
+            match body.as_mut().poll_frame(cx) {
+                Poll::Ready(Some(Ok(frame))) => {
+                    let Ok(data) = frame.into_data() else {
+                        continue; // trailers: HTTP/1.1 chunked could carry them; none are sent
+                    };
+                    if data.is_empty() {
+                        continue;
+                    }
+                    if data.len() as u64 > *left {
+                        tracing::debug!("response body longer than its content-length");
+                        return Poll::Ready(Gather::Abort);
+                    }
+                    *left = left.saturating_sub(data.len() as u64);
+                    if framing == Out::Chunked {
+                        response::chunk_size(out, data.len());
+                    }
+                    if data.len() > COPY_UP_TO {
+                        *big = Some(data);
+                        return Poll::Ready(Gather::More);
+                    }
+                    out.extend_from_slice(&data);
+                    if framing == Out::Chunked {
+                        out.extend_from_slice(b"\r\n");
+                    }
+                    if out.len() >= GATHER {
+                        return Poll::Ready(Gather::More);
+                    }
+                }
+                Poll::Ready(Some(Err(e))) => {
+                    tracing::debug!(error = %e, "response body failed");
+                    return Poll::Ready(Gather::Abort);
+                }
+                Poll::Ready(None) => {
+                    return Poll::Ready(match framing {
+                        Out::Chunked => {
+                            out.extend_from_slice(response::LAST_CHUNK);
+                            Gather::End
+                        }
+                        Out::Length(_) if *left > 0 => {
+                            tracing::debug!("response body shorter than its content-length");
+                            Gather::Abort
+                        }
+                        _ => Gather::End,
+                    });
+                }
+                Poll::Pending if !out.is_empty() => return Poll::Ready(Gather::More),
+                Poll::Pending => return self.poll_gone(cx).map(|()| Gather::Abort),
+            }
+        }
+    }
+}
+
+/// Write all of `slices` (at most three), in as few calls as the socket takes.
+async fn write_all(io: &TcpStream, slices: &[IoSlice<'_>]) -> io::Result<()> {
+    let mut held = [IoSlice::new(&[]); 3];
+    let mut n = 0;
+    for s in slices.iter().filter(|s| !s.is_empty()) {
+        held[n] = *s;
+        n += 1;
+    }
+    let mut bufs = &mut held[..n];
+    while !bufs.is_empty() {
+        match io.try_write_vectored(bufs) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => IoSlice::advance_slices(&mut bufs, n),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => io.writable().await?,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}

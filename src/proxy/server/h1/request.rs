@@ -1,0 +1,230 @@
+//! Request heads read from a client (RFC 9112 §2-§6), with the body's framing and whether
+//! the connection stays open after the answer.
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, StatusCode, Uri, Version};
+
+use crate::upstream::h1::framing::{Chunked, Framing};
+use crate::upstream::h1::{has_token, parse_length, trim};
+
+/// A request head larger than this is refused with 431 (nginx's default allows 32 KiB of
+/// header lines; hyper's about 400 KiB, which is a lot to hold per connection).
+pub const MAX_HEAD: usize = 64 << 10;
+/// Header lines a request head may have (hyper's default, as before).
+const MAX_HEADERS: usize = 100;
+
+/// A parsed request head.
+#[derive(Debug)]
+pub struct Head {
+    pub request: Request<()>,
+    pub framing: Framing,
+    /// The client keeps the connection for another request after this one.
+    pub keep_alive: bool,
+    /// The client waits for `100 Continue` before it sends the body.
+    pub expect_continue: bool,
+    /// Bytes the head took in the buffer.
+    pub len: usize,
+}
+
+/// A head lingo answers itself and then closes: the request cannot be read reliably.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Refusal {
+    pub status: StatusCode,
+    pub why: &'static str,
+}
+
+const fn bad(why: &'static str) -> Refusal {
+    Refusal {
+        status: StatusCode::BAD_REQUEST,
+        why,
+    }
+}
+
+pub const TOO_LARGE: Refusal = Refusal {
+    status: StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+    why: "the request head is too large",
+};
+
+/// Parse a request head at the start of `buf`: `Ok(None)` until it is all there.
+pub fn parse(buf: &[u8]) -> Result<Option<Head>, Refusal> {
+    let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut r = httparse::Request::new(&mut slots);
+    let len = match r.parse(buf) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) if buf.len() >= MAX_HEAD => return Err(TOO_LARGE),
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(httparse::Error::TooManyHeaders) => return Err(TOO_LARGE),
+        Err(_) => return Err(bad("the request head is malformed")),
+    };
+    if len > MAX_HEAD {
+        return Err(TOO_LARGE);
+    }
+    let version = match r.version {
+        Some(1) => Version::HTTP_11,
+        _ => Version::HTTP_10,
+    };
+    let method = Method::from_bytes(r.method.unwrap_or_default().as_bytes())
+        .map_err(|_| bad("the request method is invalid"))?;
+    let uri: Uri = r
+        .path
+        .unwrap_or_default()
+        .parse()
+        .map_err(|_| bad("the request target is invalid"))?;
+    let headers = headers(buf, len, r.headers)?;
+    let framing = framing(&headers, version)?;
+    let connection = |token| {
+        headers
+            .get_all(http::header::CONNECTION)
+            .iter()
+            .any(|v| has_token(v.as_bytes(), token))
+    };
+    let keep_alive = match version {
+        Version::HTTP_11 => !connection("close"),
+        _ => connection("keep-alive") && !connection("close"),
+    };
+    let expect_continue = version == Version::HTTP_11
+        && headers
+            .get(http::header::EXPECT)
+            .is_some_and(|v| trim(v.as_bytes()).eq_ignore_ascii_case(b"100-continue"));
+    let mut request = Request::new(());
+    *request.method_mut() = method;
+    *request.uri_mut() = uri;
+    *request.version_mut() = version;
+    *request.headers_mut() = headers;
+    Ok(Some(Head {
+        request,
+        framing,
+        keep_alive,
+        expect_continue,
+        len,
+    }))
+}
+
+/// The header lines, each value a slice of one copy of the head (not of the read buffer,
+/// which the connection lets go while a stream is served).
+fn headers(buf: &[u8], len: usize, lines: &[httparse::Header<'_>]) -> Result<HeaderMap, Refusal> {
+    let mut map = HeaderMap::with_capacity(lines.len());
+    let block = Bytes::copy_from_slice(&buf[..len]);
+    let base = buf.as_ptr() as usize;
+    for h in lines {
+        let value = match (h.value.as_ptr() as usize).checked_sub(base) {
+            Some(at) if at + h.value.len() <= len => block.slice(at..at + h.value.len()),
+            _ => Bytes::copy_from_slice(h.value), // an empty value, not in the head
+        };
+        let name = HeaderName::from_bytes(h.name.as_bytes())
+            .map_err(|_| bad("a header name is invalid"))?;
+        let value =
+            HeaderValue::from_maybe_shared(value).map_err(|_| bad("a header value is invalid"))?;
+        map.append(name, value);
+    }
+    Ok(map)
+}
+
+/// How the body is delimited (RFC 9112 §6.3). Anything that could be read two ways (a
+/// transfer coding and a length, lengths that differ) is refused: a proxy that reads a body
+/// differently from the server behind it is how requests are smuggled.
+fn framing(h: &HeaderMap, version: Version) -> Result<Framing, Refusal> {
+    let mut codings = h.get_all(http::header::TRANSFER_ENCODING).iter().peekable();
+    if codings.peek().is_some() {
+        if version != Version::HTTP_11 {
+            return Err(bad("transfer-encoding in an HTTP/1.0 request"));
+        }
+        if h.contains_key(http::header::CONTENT_LENGTH) {
+            return Err(bad("both transfer-encoding and content-length"));
+        }
+        let all: Vec<&[u8]> = codings
+            .flat_map(|v| v.as_bytes().split(|&b| b == b','))
+            .map(trim)
+            .collect();
+        if all.len() != 1 || !all[0].eq_ignore_ascii_case(b"chunked") {
+            return Err(Refusal {
+                status: StatusCode::NOT_IMPLEMENTED,
+                why: "a transfer coding other than chunked",
+            });
+        }
+        return Ok(Framing::Chunked(Chunked::Size));
+    }
+    let mut lengths = h.get_all(http::header::CONTENT_LENGTH).iter();
+    let Some(first) = lengths.next() else {
+        return Ok(Framing::Length(0));
+    };
+    let n = parse_length(first.as_bytes()).ok_or(bad("the content-length is invalid"))?;
+    if lengths.any(|v| parse_length(v.as_bytes()) != Some(n)) {
+        return Err(bad("conflicting content-lengths"));
+    }
+    Ok(Framing::Length(n))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head(wire: &str) -> Head {
+        parse(wire.as_bytes()).unwrap().expect("complete")
+    }
+
+    fn refused(wire: &str) -> StatusCode {
+        parse(wire.as_bytes()).unwrap_err().status
+    }
+
+    #[test]
+    fn a_head_is_read_whole_with_its_framing_and_keep_alive() {
+        let wire = "POST /v1/completions?x=1 HTTP/1.1\r\nHost: a\r\nContent-Length: 12\r\nX-A: 1\r\nx-a: \r\n\r\n{\"prompt\":1}";
+        let h = head(wire);
+        assert_eq!(h.request.method(), Method::POST);
+        assert_eq!(h.request.uri().path(), "/v1/completions");
+        assert_eq!(h.request.uri().query(), Some("x=1"));
+        assert_eq!(h.framing, Framing::Length(12));
+        assert!(h.keep_alive && !h.expect_continue);
+        let a: Vec<_> = h.request.headers().get_all("x-a").iter().collect();
+        assert_eq!(a, ["1", ""]);
+        assert_eq!(h.len, wire.len() - 12, "the body is not part of the head");
+        assert!(parse(b"GET / HTTP/1.1\r\nHost: a\r\n").unwrap().is_none());
+    }
+
+    #[test]
+    fn keep_alive_follows_the_version_and_the_connection_header() {
+        assert!(!head("GET / HTTP/1.1\r\nConnection: Close\r\n\r\n").keep_alive);
+        assert!(!head("GET / HTTP/1.0\r\n\r\n").keep_alive);
+        assert!(head("GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n").keep_alive);
+        assert!(head("POST / HTTP/1.1\r\nExpect: 100-Continue\r\n\r\n").expect_continue);
+        let chunked = head("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n");
+        assert_eq!(chunked.framing, Framing::Chunked(Chunked::Size));
+    }
+
+    #[test]
+    fn a_body_that_could_be_read_two_ways_is_refused() {
+        use StatusCode as S;
+        let both = "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n";
+        assert_eq!(refused(both), S::BAD_REQUEST);
+        let two = "POST / HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n";
+        assert_eq!(refused(two), S::BAD_REQUEST);
+        assert_eq!(
+            refused("POST / HTTP/1.1\r\nContent-Length: -1\r\n\r\n"),
+            S::BAD_REQUEST
+        );
+        let gzip = "POST / HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n";
+        assert_eq!(refused(gzip), S::NOT_IMPLEMENTED);
+        let old = "POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n";
+        assert_eq!(refused(old), S::BAD_REQUEST);
+        // The same length twice is one length.
+        let same = head("POST / HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\n");
+        assert_eq!(same.framing, Framing::Length(3));
+    }
+
+    #[test]
+    fn malformed_and_oversized_heads_are_refused() {
+        assert_eq!(
+            refused("GET / HTTP/1.1\r\nBad Name: x\r\n\r\n"),
+            StatusCode::BAD_REQUEST
+        );
+        assert_eq!(refused("G\0T / HTTP/1.1\r\n\r\n"), StatusCode::BAD_REQUEST);
+        let many: String = (0..MAX_HEADERS + 1)
+            .map(|i| format!("x-{i}: 1\r\n"))
+            .collect();
+        let wire = format!("GET / HTTP/1.1\r\n{many}\r\n");
+        assert_eq!(refused(&wire), StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
+        let long = format!("GET / HTTP/1.1\r\nx-long: {}", "a".repeat(MAX_HEAD));
+        assert_eq!(refused(&long), StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
+    }
+}

@@ -1,0 +1,262 @@
+//! lingo's own HTTP/1.1 server connection over raw sockets: pipelined requests answered in
+//! order, bodies that arrive after their head or chunked, `Expect: 100-continue`, HTTP/1.0,
+//! and heads lingo refuses (malformed, oversized, ambiguous framing) with a status and a
+//! close.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use lingo::mock::MockKind;
+use lingo::upstream::KindSetting;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// What a test waits at most for an answer.
+const BOUND: Duration = Duration::from_secs(20);
+
+const BODY: &str = r#"{"model":"mock-model","prompt":"a b","max_tokens":2}"#;
+
+async fn lingo() -> (common::Mock, SocketAddr) {
+    let mock = common::mock(MockKind::Vllm).await;
+    let config = common::config_for(&mock.url(), KindSetting::Vllm);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(lingo::proxy::serve(
+        listener,
+        config,
+        std::future::pending(),
+    ));
+    (mock, addr)
+}
+
+fn post(body: &str) -> String {
+    format!(
+        "POST /v1/completions HTTP/1.1\r\nHost: lingo\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+/// One response read off `s`: its head (lowercased) and its body, de-chunked.
+async fn response(s: &mut TcpStream, buf: &mut Vec<u8>) -> (String, Vec<u8>) {
+    tokio::time::timeout(BOUND, read_response(s, buf))
+        .await
+        .expect("an answer in time")
+}
+
+async fn read_response(s: &mut TcpStream, buf: &mut Vec<u8>) -> (String, Vec<u8>) {
+    let end = loop {
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        fill(s, buf).await;
+    };
+    let head = String::from_utf8(buf.drain(..end).collect())
+        .unwrap()
+        .to_ascii_lowercase();
+    let mut body = Vec::new();
+    if head.contains("transfer-encoding: chunked") {
+        loop {
+            let line = loop {
+                if let Some(i) = buf.windows(2).position(|w| w == b"\r\n") {
+                    break i;
+                }
+                fill(s, buf).await;
+            };
+            let size =
+                usize::from_str_radix(std::str::from_utf8(&buf[..line]).unwrap(), 16).unwrap();
+            while buf.len() < line + 2 + size + 2 {
+                fill(s, buf).await;
+            }
+            body.extend_from_slice(&buf[line + 2..line + 2 + size]);
+            buf.drain(..line + 2 + size + 2);
+            if size == 0 {
+                break;
+            }
+        }
+    } else if let Some(n) = header(&head, "content-length") {
+        let n: usize = n.parse().unwrap();
+        while buf.len() < n {
+            fill(s, buf).await;
+        }
+        body = buf.drain(..n).collect();
+    }
+    (head, body)
+}
+
+fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
+    head.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name}: ")))
+        .map(str::trim)
+}
+
+async fn fill(s: &mut TcpStream, buf: &mut Vec<u8>) {
+    let mut chunk = [0u8; 4096];
+    let n = s.read(&mut chunk).await.unwrap();
+    assert!(
+        n > 0,
+        "closed mid-response: {:?}",
+        String::from_utf8_lossy(buf)
+    );
+    buf.extend_from_slice(&chunk[..n]);
+}
+
+/// Whether lingo closes `s` (reading nothing more) within the bound.
+async fn closes(s: &mut TcpStream, buf: &mut Vec<u8>) -> bool {
+    let read = async {
+        let mut chunk = [0u8; 4096];
+        loop {
+            match s.read(&mut chunk).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+    };
+    tokio::time::timeout(BOUND, read).await.is_ok()
+}
+
+fn completion_text(body: &[u8]) -> String {
+    let v: serde_json::Value = serde_json::from_slice(body).unwrap();
+    v["choices"][0]["text"].as_str().unwrap().to_string()
+}
+
+#[tokio::test]
+async fn pipelined_requests_are_answered_in_order_on_one_connection() {
+    let (_mock, addr) = lingo().await;
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let wire = format!(
+        "{}GET /health HTTP/1.1\r\nHost: lingo\r\n\r\n{}",
+        post(BODY),
+        post(BODY)
+    );
+    s.write_all(wire.as_bytes()).await.unwrap();
+    let mut buf = Vec::new();
+    let (first, body) = response(&mut s, &mut buf).await;
+    assert!(first.starts_with("http/1.1 200 ok\r\n"), "{first}");
+    assert!(!completion_text(&body).is_empty());
+    let (second, body) = response(&mut s, &mut buf).await;
+    assert!(second.starts_with("http/1.1 200"), "{second}");
+    assert!(body.is_empty(), "health has no body");
+    let (third, body) = response(&mut s, &mut buf).await;
+    assert!(third.starts_with("http/1.1 200"), "{third}");
+    assert!(!completion_text(&body).is_empty());
+    assert!(header(&third, "date").is_some(), "{third}");
+    assert!(header(&third, "connection").is_none(), "{third}");
+}
+
+#[tokio::test]
+async fn a_body_after_its_head_or_chunked_is_read_whole() {
+    let (_mock, addr) = lingo().await;
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let wire = post(BODY);
+    let (head, body) = wire.split_at(wire.len() - BODY.len());
+    s.write_all(head.as_bytes()).await.unwrap();
+    s.write_all(&body.as_bytes()[..10]).await.unwrap();
+    tokio::task::yield_now().await;
+    s.write_all(&body.as_bytes()[10..]).await.unwrap();
+    let mut buf = Vec::new();
+    let (h, b) = response(&mut s, &mut buf).await;
+    assert!(h.starts_with("http/1.1 200"), "{h}");
+    assert!(!completion_text(&b).is_empty());
+
+    // The same body in two chunks, on the same connection.
+    let (a, b) = BODY.split_at(7);
+    let chunked = format!(
+        "POST /v1/completions HTTP/1.1\r\nHost: lingo\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n{a}\r\n{:x};ext=1\r\n{b}\r\n0\r\n\r\n",
+        a.len(),
+        b.len()
+    );
+    s.write_all(chunked.as_bytes()).await.unwrap();
+    let (h, b) = response(&mut s, &mut buf).await;
+    assert!(h.starts_with("http/1.1 200"), "{h}");
+    assert!(!completion_text(&b).is_empty());
+}
+
+#[tokio::test]
+async fn expect_100_continue_is_answered_before_the_body_is_sent() {
+    let (_mock, addr) = lingo().await;
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "POST /v1/completions HTTP/1.1\r\nHost: lingo\r\nExpect: 100-continue\r\nContent-Length: {}\r\n\r\n",
+        BODY.len()
+    );
+    s.write_all(head.as_bytes()).await.unwrap();
+    let mut buf = Vec::new();
+    let (interim, _) = response(&mut s, &mut buf).await;
+    assert_eq!(interim, "http/1.1 100 continue\r\n\r\n");
+    s.write_all(BODY.as_bytes()).await.unwrap();
+    let (h, b) = response(&mut s, &mut buf).await;
+    assert!(h.starts_with("http/1.1 200"), "{h}");
+    assert!(!completion_text(&b).is_empty());
+}
+
+#[tokio::test]
+async fn http_1_0_is_closed_after_its_answer_unless_it_asks_to_keep_alive() {
+    let (_mock, addr) = lingo().await;
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(
+        b"GET /health HTTP/1.0\r\nConnection: keep-alive\r\n\r\nGET /health HTTP/1.0\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let mut buf = Vec::new();
+    let (kept, _) = response(&mut s, &mut buf).await;
+    assert_eq!(header(&kept, "connection"), Some("keep-alive"), "{kept}");
+    let (last, _) = response(&mut s, &mut buf).await;
+    assert_eq!(header(&last, "connection"), Some("close"), "{last}");
+    assert!(closes(&mut s, &mut buf).await && buf.is_empty());
+}
+
+/// Send `wire` on a fresh connection: the status lingo answered with, and that it closed.
+async fn refused(addr: SocketAddr, wire: &[u8]) -> u16 {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(wire).await.unwrap();
+    let mut buf = Vec::new();
+    assert!(closes(&mut s, &mut buf).await, "closed after a refusal");
+    let text = String::from_utf8_lossy(&buf).to_ascii_lowercase();
+    assert!(text.contains("connection: close"), "{text}");
+    text.split(' ').nth(1).unwrap().parse().unwrap()
+}
+
+#[tokio::test]
+async fn heads_lingo_cannot_read_safely_are_refused_and_closed() {
+    let (_mock, addr) = lingo().await;
+    let both = b"POST /v1/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n0\r\n\r\n";
+    assert_eq!(refused(addr, both).await, 400);
+    let lengths =
+        b"POST /v1/completions HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 5\r\n\r\nabc";
+    assert_eq!(refused(addr, lengths).await, 400);
+    assert_eq!(
+        refused(addr, b"GET / HTTP/1.1\r\nBad Header\r\n\r\n").await,
+        400
+    );
+    let gzip = b"POST /v1/completions HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n";
+    assert_eq!(refused(addr, gzip).await, 501);
+    let mut huge = b"GET /health HTTP/1.1\r\nx-big: ".to_vec();
+    huge.extend(std::iter::repeat_n(b'a', 70 << 10));
+    assert_eq!(refused(addr, &huge).await, 431);
+    // And lingo still serves.
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(post(BODY).as_bytes()).await.unwrap();
+    let (h, _) = response(&mut s, &mut Vec::new()).await;
+    assert!(h.starts_with("http/1.1 200"), "{h}");
+}
+
+#[tokio::test]
+async fn a_body_the_handler_left_unread_closes_the_connection() {
+    let (_mock, addr) = lingo().await;
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    // An unknown route answers at once; its body never comes, so the connection cannot be
+    // read for a next request and must say so.
+    s.write_all(b"POST /no/such/route HTTP/1.1\r\nHost: lingo\r\nContent-Length: 100\r\n\r\nabc")
+        .await
+        .unwrap();
+    let mut buf = Vec::new();
+    let (h, _) = response(&mut s, &mut buf).await;
+    assert!(h.starts_with("http/1.1 404"), "{h}");
+    assert_eq!(header(&h, "connection"), Some("close"), "{h}");
+    assert!(closes(&mut s, &mut buf).await);
+}

@@ -86,9 +86,7 @@ pub fn router(state: Arc<AppState>) -> Router {
     // unauthenticated requests never take an in-flight slot.
     routes.layer(
         ServiceBuilder::new()
-            .layer(layers::request_id())
-            .layer(layers::propagate_request_id())
-            .layer(layers::catch_panic())
+            .layer(layers::edge())
             .layer(option_layer(gate))
             .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
                 body_timeout,

@@ -58,7 +58,9 @@ pub fn encode(buf: &mut Vec<u8>, parts: &Parts, hint: &SizeHint, ask: Ask) -> (O
     let out = if bodiless {
         Out::Bodiless
     } else if let Some(n) = length {
-        write!(buf, "content-length: {n}\r\n").expect("a Vec takes every write");
+        buf.extend_from_slice(b"content-length: ");
+        buf.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+        buf.extend_from_slice(b"\r\n");
         if ask.head_method {
             Out::Bodiless
         } else {
@@ -96,7 +98,11 @@ pub fn refusal(buf: &mut Vec<u8>, status: StatusCode) {
 
 /// A chunk's size line (the data and its CRLF follow).
 pub fn chunk_size(buf: &mut Vec<u8>, n: usize) {
-    write!(buf, "{n:x}\r\n").expect("a Vec takes every write");
+    let digits = (usize::BITS - n.leading_zeros()).div_ceil(4).max(1);
+    for i in (0..digits).rev() {
+        buf.push(b"0123456789abcdef"[(n >> (i * 4)) & 0xf]);
+    }
+    buf.extend_from_slice(b"\r\n");
 }
 
 /// The last chunk, with no trailers.
@@ -207,6 +213,15 @@ mod tests {
         };
         let (text, _, keep) = head(&p, SizeHint::with_exact(0), closing);
         assert!(!keep && text.contains("connection: close"));
+    }
+
+    #[test]
+    fn chunk_sizes_are_bare_hex() {
+        for n in [0usize, 1, 15, 16, 255, 4096, 0xabcdef, usize::MAX] {
+            let mut buf = Vec::new();
+            chunk_size(&mut buf, n);
+            assert_eq!(buf, format!("{n:x}\r\n").into_bytes());
+        }
     }
 
     #[test]

@@ -151,12 +151,15 @@ pub fn full(
     summary: Summary,
 ) -> Response {
     let tokens = u32::try_from(summary.completion_tokens).unwrap_or(u32::MAX);
+    // Its length is known: the client gets it, not chunks (the meter's body cannot say it).
+    let length = HeaderValue::from(bytes.len());
     let piece = futures_util::stream::iter([Emit::Data { bytes, tokens }]);
     let body = MeteredBody::whole(piece, record, st.metrics.clone(), summary);
     let mut resp = Response::new(Body::new(body));
     *resp.status_mut() = status;
-    resp.headers_mut()
-        .insert(header::CONTENT_TYPE, content_type);
+    let h = resp.headers_mut();
+    h.insert(header::CONTENT_TYPE, content_type);
+    h.insert(header::CONTENT_LENGTH, length);
     resp
 }
 

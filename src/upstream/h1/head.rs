@@ -26,9 +26,12 @@ pub struct Head {
 
 /// Parse a response head at the start of `buf`: `Ok(None)` until it is all there.
 pub fn parse(buf: &[u8], head_request: bool) -> Result<Option<Head>, String> {
-    let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut r = httparse::Response::new(&mut slots);
-    let len = match r.parse(buf) {
+    // Uninitialised slots: zeroing all of them at every parse costs more than the parse.
+    let mut slots = [std::mem::MaybeUninit::uninit(); MAX_HEADERS];
+    let mut r = httparse::Response::new(&mut []);
+    let len = match httparse::ParserConfig::default()
+        .parse_response_with_uninit_headers(&mut r, buf, &mut slots)
+    {
         Ok(httparse::Status::Complete(len)) => len,
         Ok(httparse::Status::Partial) => return Ok(None),
         Err(e) => return Err(format!("the upstream's response head is malformed ({e})")),

@@ -40,6 +40,8 @@ use response::{Ask, Out};
 const GATHER: usize = 64 << 10;
 /// Body frames larger than this are written from where they are, not copied first.
 const COPY_UP_TO: usize = 16 << 10;
+/// What a response head takes, give or take: the service's headers and lingo's.
+const HEAD_ROOM: usize = 320;
 
 /// Serve HTTP/1 requests on `tcp` until the client closes, a request asks to close, or
 /// `activity` is asked to close (between requests).
@@ -147,8 +149,11 @@ impl Conn {
             head_method,
             keep_alive,
         };
-        let mut out = Vec::with_capacity(256);
-        let (framing, keep) = response::encode(&mut out, &parts, &body.size_hint(), ask);
+        let hint = body.size_hint();
+        // Room for the head and a body small enough to be copied behind it: one allocation.
+        let inline = response::length(&parts, &hint).filter(|n| *n <= COPY_UP_TO as u64);
+        let mut out = Vec::with_capacity(HEAD_ROOM + inline.unwrap_or(0) as usize);
+        let (framing, keep) = response::encode(&mut out, &parts, &hint, ask);
         let ended = self.send(out, body, framing).await?;
         drop(busy);
         Ok(keep && ended && self.body_done())

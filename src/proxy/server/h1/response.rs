@@ -31,8 +31,8 @@ pub struct Ask {
 }
 
 /// Write the head of `parts` into `buf`; gives the body's framing and whether the connection
-/// stays open after it. The service's own `content-length` is kept (a passthrough may know
-/// it before its body); its `transfer-encoding` and `connection` are lingo's to decide.
+/// stays open after it. The body's `length` is written as lingo read it; `transfer-encoding`
+/// and `connection` are lingo's to decide.
 pub fn encode(buf: &mut Vec<u8>, parts: &Parts, hint: &SizeHint, ask: Ask) -> (Out, bool) {
     let status = parts.status;
     buf.extend_from_slice(b"HTTP/1.1 ");
@@ -40,18 +40,13 @@ pub fn encode(buf: &mut Vec<u8>, parts: &Parts, hint: &SizeHint, ask: Ask) -> (O
     buf.push(b' ');
     buf.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
     buf.extend_from_slice(b"\r\n");
-    let mut length = None;
     for (name, value) in &parts.headers {
-        if name == CONTENT_LENGTH {
-            length = length.or_else(|| parse_length(value.as_bytes()));
-            continue;
-        }
-        if name == TRANSFER_ENCODING || name == CONNECTION {
+        if name == CONTENT_LENGTH || name == TRANSFER_ENCODING || name == CONNECTION {
             continue;
         }
         line(buf, name.as_str().as_bytes(), value.as_bytes());
     }
-    let length = length.or(hint.exact());
+    let length = length(parts, hint);
     let bodiless = status.is_informational()
         || status == StatusCode::NO_CONTENT
         || status == StatusCode::NOT_MODIFIED;
@@ -85,6 +80,15 @@ pub fn encode(buf: &mut Vec<u8>, parts: &Parts, hint: &SizeHint, ask: Ask) -> (O
     }
     buf.extend_from_slice(b"\r\n");
     (out, keep)
+}
+
+/// The body's length: the service's `content-length` (a passthrough may know it before its
+/// body), else the body's exact size hint.
+pub fn length(parts: &Parts, hint: &SizeHint) -> Option<u64> {
+    match parts.headers.get(CONTENT_LENGTH) {
+        Some(v) => parse_length(v.as_bytes()),
+        None => hint.exact(),
+    }
 }
 
 /// A head lingo answers by itself, with no body, before it closes the connection.

@@ -260,3 +260,61 @@ async fn a_body_the_handler_left_unread_closes_the_connection() {
     assert_eq!(header(&h, "connection"), Some("close"), "{h}");
     assert!(closes(&mut s, &mut buf).await);
 }
+
+#[tokio::test]
+async fn a_413_reaches_a_client_still_sending_its_body() {
+    let mock = common::mock(MockKind::Vllm).await;
+    let mut config = common::config_for(&mock.url(), KindSetting::Vllm);
+    config.limits.max_request_body = 1024;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(lingo::proxy::serve(
+        listener,
+        config,
+        std::future::pending(),
+    ));
+    let total = 4 << 20;
+    let s = TcpStream::connect(addr).await.unwrap();
+    let (mut r, mut w) = s.into_split();
+    // The client goes on sending the rest of its body while lingo answers: lingo must not
+    // close with those bytes unread (a reset that can overtake its answer).
+    let send = tokio::spawn(async move {
+        let head = format!(
+            "POST /v1/completions HTTP/1.1\r\nHost: lingo\r\nContent-Length: {total}\r\n\r\n"
+        );
+        w.write_all(head.as_bytes()).await.unwrap();
+        let piece = vec![b' '; 64 << 10];
+        let mut sent = 0;
+        while sent < total {
+            if w.write_all(&piece).await.is_err() {
+                break;
+            }
+            sent += piece.len();
+        }
+    });
+    let mut got = Vec::new();
+    let read = async {
+        let mut chunk = [0u8; 4096];
+        loop {
+            match r.read(&mut chunk).await {
+                Ok(0) => return Ok(()),
+                Ok(n) => got.extend_from_slice(&chunk[..n]),
+                Err(e) => return Err(e),
+            }
+        }
+    };
+    let outcome = tokio::time::timeout(BOUND, read)
+        .await
+        .expect("closed in time");
+    let text = String::from_utf8_lossy(&got).to_string();
+    assert!(text.starts_with("HTTP/1.1 413"), "{outcome:?}: {text:?}");
+    let (head, body) = text.split_once("\r\n\r\n").unwrap();
+    let len: usize = header(&head.to_ascii_lowercase(), "content-length")
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(body.len(), len, "the whole error body arrived");
+    // And then a clean end (lingo's FIN), not a reset.
+    assert!(outcome.is_ok(), "{outcome:?}");
+    send.abort();
+}

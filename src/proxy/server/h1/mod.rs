@@ -21,6 +21,7 @@ use std::io::{self, IoSlice};
 use std::pin::{pin, Pin};
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use axum::body::Body as AxumBody;
 use axum::Router;
@@ -66,13 +67,59 @@ pub(super) async fn serve(
                 tracing::debug!(why = refusal.why, "request head refused");
                 let mut out = Vec::new();
                 response::refusal(&mut out, refusal.status);
-                return write_all(&c.io, &[IoSlice::new(&out)]).await;
+                write_all(&c.io, &[IoSlice::new(&out)]).await?;
+                linger(&c.io).await;
+                return Ok(());
             }
         };
-        if !c.exchange(head).await? {
-            return Ok(());
+        match c.exchange(head).await? {
+            After::Next => {}
+            After::Close => {
+                linger(&c.io).await;
+                return Ok(());
+            }
+            After::Gone => return Ok(()),
         }
     }
+}
+
+/// How a request left its connection.
+enum After {
+    /// Ready for the next request.
+    Next,
+    /// Answered, and lingo closes (the client asked, HTTP/1.0, a body left unread, a drain).
+    Close,
+    /// The client left, or the answer broke off: nothing more to say.
+    Gone,
+}
+
+/// How long, and how much, a closing connection reads what the client still sends.
+const LINGER_FOR: Duration = Duration::from_secs(2);
+const LINGER_BYTES: usize = 1 << 20;
+
+/// Close after an answer without destroying it: closing a socket with unread bytes in it
+/// makes the kernel send a reset, which can overtake the answer on its way (a 413 to a
+/// client still sending its body would arrive as "connection reset"). So lingo sends its FIN
+/// and reads what still comes, for a while, before it lets go (nginx's lingering close).
+async fn linger(io: &TcpStream) {
+    if socket2::SockRef::from(io)
+        .shutdown(std::net::Shutdown::Write)
+        .is_err()
+    {
+        return;
+    }
+    let drain = async {
+        let mut sink = BytesMut::new();
+        let mut read = 0;
+        while read < LINGER_BYTES {
+            match poll_fn(|cx| poll_fill(io, &mut sink, cx)).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => read += n,
+            }
+            sink.clear();
+        }
+    };
+    let _ = tokio::time::timeout(LINGER_FOR, drain).await;
 }
 
 struct Conn {
@@ -129,8 +176,8 @@ impl Conn {
         r
     }
 
-    /// Serve one request; `true` when the connection can take the next.
-    async fn exchange(&mut self, head: Head) -> io::Result<bool> {
+    /// Serve one request.
+    async fn exchange(&mut self, head: Head) -> io::Result<After> {
         let _ = self.buf.split_to(head.len);
         let version = head.request.version();
         let head_method = head.request.method() == Method::HEAD;
@@ -139,7 +186,7 @@ impl Conn {
         let call = self.router.call(head.request.map(|()| body));
         let Some(Ok(resp)) = self.until_gone(call).await else {
             tracing::debug!("client left before its answer");
-            return Ok(false);
+            return Ok(After::Gone);
         };
         let (parts, body) = resp.into_parts();
         // A body the handler left unread cannot be skipped to the next request.
@@ -156,7 +203,13 @@ impl Conn {
         let (framing, keep) = response::encode(&mut out, &parts, &hint, ask);
         let ended = self.send(out, body, framing).await?;
         drop(busy);
-        Ok(keep && ended && self.body_done())
+        Ok(if !ended {
+            After::Gone
+        } else if keep && self.body_done() {
+            After::Next
+        } else {
+            After::Close
+        })
     }
 
     /// The request's body: whole already (copied out of the read buffer, which is let go if

@@ -11,12 +11,16 @@ pub mod names;
 mod open;
 mod record;
 pub mod relay;
+mod series;
 mod vllm;
 
 pub use body::{Emit, MeteredBody, Summary};
 pub use log::{LogLine, LogTarget, RequestLog};
 pub use open::{OnEnd, OpenRecord};
 pub use record::{session_key, Labels, Outcome, RequestRecord};
+pub use series::Series;
+
+use std::sync::Arc;
 
 use prometheus::{
     Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry,
@@ -71,6 +75,8 @@ pub struct Metrics {
     endpoint_ejections: IntCounterVec,
     endpoint_retries: IntCounterVec,
     mirror_requests: IntCounterVec,
+    /// Each label set's per-request series, resolved once (see `series.rs`).
+    series: series::SeriesCache,
     vllm: Option<vllm::VllmCompat>,
     log: Option<RequestLog>,
     /// Record nothing (`--no-metrics`, to measure what metrics cost).
@@ -203,6 +209,7 @@ impl Metrics {
                 MIRROR_REQUESTS.1,
                 &["pool", "group", "outcome"],
             ),
+            series: series::SeriesCache::default(),
             vllm: None,
             log: None,
             off: false,
@@ -351,29 +358,55 @@ impl Metrics {
             .inc();
     }
 
-    pub fn request_started(&self, labels: &Labels) {
+    /// A request opened: it counts in flight. Gives its series, for the record to keep
+    /// (`None` when metrics are off).
+    pub fn request_started(&self, labels: &Labels) -> Option<Arc<Series>> {
         if self.off {
-            return;
+            return None;
         }
-        self.in_flight.with_label_values(&[&labels.upstream]).inc();
+        let s = self.series.get(labels);
+        self.in_flight_of(&s).inc();
         if let Some(v) = &self.vllm {
             v.started(&labels.model);
         }
+        Some(s)
     }
 
     /// A request's labels changed while it was in flight (its model became known): move its
-    /// in-flight counts to the new labels.
-    pub fn request_relabelled(&self, old: &Labels, new: &Labels) {
+    /// in-flight counts to the new labels. Gives the series of the new ones.
+    pub fn request_relabelled(&self, r: &RequestRecord, new: &Labels) -> Option<Arc<Series>> {
         if self.off {
-            return;
+            return None;
         }
+        let old = &r.labels;
+        let s = match &r.series {
+            // Relabelled to what it had (the endpoint's group is the upstream's name): the
+            // same series.
+            Some(s) if s.labels == *new => s.clone(),
+            _ => self.series.get(new),
+        };
         if old.upstream != new.upstream {
-            self.in_flight.with_label_values(&[&old.upstream]).dec();
-            self.in_flight.with_label_values(&[&new.upstream]).inc();
+            self.with_series(r, |old| self.in_flight_of(old).dec());
+            self.in_flight_of(&s).inc();
         }
         if let Some(v) = &self.vllm {
             v.relabelled(&old.model, &new.model);
         }
+        Some(s)
+    }
+
+    /// `f` with the record's series: the one it keeps, unless its labels changed without
+    /// `relabel` (then they are looked up).
+    fn with_series<T>(&self, r: &RequestRecord, f: impl FnOnce(&Series) -> T) -> T {
+        match &r.series {
+            Some(s) if s.labels == r.labels => f(s),
+            _ => f(&self.series.get(&r.labels)),
+        }
+    }
+
+    fn in_flight_of<'s>(&self, s: &'s Series) -> &'s prometheus::IntGauge {
+        s.in_flight
+            .get_or_init(|| self.in_flight.with_label_values(&[&s.labels.upstream]))
     }
 
     /// Record one finished (or failed, or cancelled) request. Only `OpenRecord` calls this,
@@ -382,63 +415,80 @@ impl Metrics {
         if self.off {
             return;
         }
-        let l = &r.labels;
-        let model = [l.dialect, l.upstream.as_str(), l.model.as_str()];
-        self.in_flight.with_label_values(&[&l.upstream]).dec();
-        self.requests
-            .with_label_values(&[
-                l.dialect,
-                &l.upstream,
-                &l.model,
-                r.outcome.label(),
-                r.finish_label(),
-                r.key_label(),
-            ])
-            .inc();
-        if let Some(kind) = r.error_kind {
-            self.errors
-                .with_label_values(&[l.dialect, &l.upstream, kind])
-                .inc();
-        }
-        self.prompt_tokens
-            .with_label_values(&model)
-            .inc_by(r.prompt_tokens.unwrap_or(0));
-        self.generation_tokens
-            .with_label_values(&model)
-            .inc_by(r.tokens);
-        if r.estimated {
-            self.estimated_requests.with_label_values(&model).inc();
-        }
-        // A prompt's length is the request's, whatever became of it; unknown is not 0.
-        if let Some(p) = r.prompt_tokens {
-            self.prompt_hist.with_label_values(&model).observe(p as f64);
-        }
-        if r.outcome == Outcome::Ok {
-            self.generation_hist
-                .with_label_values(&model)
-                .observe(r.tokens as f64);
-            if let Some(e2e) = r.e2e() {
-                self.e2e.with_label_values(&model).observe(e2e);
-            }
-            if let Some(tpot) = r.tpot() {
-                self.tpot.with_label_values(&model).observe(tpot);
-            }
-        }
-        if let Some(h) = r.upstream_headers {
-            self.upstream_headers
-                .with_label_values(&[&l.upstream])
-                .observe(h.as_secs_f64());
-        }
-        if let Some(o) = r.overhead() {
-            self.overhead
-                .with_label_values(&[l.dialect, &l.upstream])
-                .observe(o);
-        }
+        self.with_series(r, |s| self.finished_in(r, s));
         if let Some(v) = &self.vllm {
             v.finished(r);
         }
         if let Some(log) = &self.log {
             log.record(r);
+        }
+    }
+
+    /// `request_finished`'s series, each made at its first use as `with_label_values` made
+    /// it, so the same series appear when they did.
+    fn finished_in(&self, r: &RequestRecord, s: &Series) {
+        let l = &r.labels;
+        let model = [l.dialect, l.upstream.as_str(), l.model.as_str()];
+        self.in_flight_of(s).dec();
+        let (outcome, finish, key) = (r.outcome.label(), r.finish_label(), r.key_label());
+        let requests = || {
+            self.requests.with_label_values(&[
+                l.dialect,
+                &l.upstream,
+                &l.model,
+                outcome,
+                finish,
+                key,
+            ])
+        };
+        match s.requests(r.outcome, finish, key) {
+            Some(kept) => kept.get_or_init(requests).inc(),
+            None => requests().inc(),
+        }
+        if let Some(kind) = r.error_kind {
+            self.errors
+                .with_label_values(&[l.dialect, &l.upstream, kind])
+                .inc();
+        }
+        let counter = |vec: &IntCounterVec| vec.with_label_values(&model);
+        let histogram = |vec: &HistogramVec| vec.with_label_values(&model);
+        s.prompt_tokens
+            .get_or_init(|| counter(&self.prompt_tokens))
+            .inc_by(r.prompt_tokens.unwrap_or(0));
+        s.generation_tokens
+            .get_or_init(|| counter(&self.generation_tokens))
+            .inc_by(r.tokens);
+        if r.estimated {
+            s.estimated
+                .get_or_init(|| counter(&self.estimated_requests))
+                .inc();
+        }
+        // A prompt's length is the request's, whatever became of it; unknown is not 0.
+        if let Some(p) = r.prompt_tokens {
+            s.prompt_hist
+                .get_or_init(|| histogram(&self.prompt_hist))
+                .observe(p as f64);
+        }
+        if r.outcome == Outcome::Ok {
+            s.generation_hist
+                .get_or_init(|| histogram(&self.generation_hist))
+                .observe(r.tokens as f64);
+            if let Some(e2e) = r.e2e() {
+                s.e2e.get_or_init(|| histogram(&self.e2e)).observe(e2e);
+            }
+            if let Some(tpot) = r.tpot() {
+                s.tpot.get_or_init(|| histogram(&self.tpot)).observe(tpot);
+            }
+        }
+        if let Some(h) = r.upstream_headers {
+            s.upstream_headers
+                .get_or_init(|| self.upstream_headers.with_label_values(&[&l.upstream]))
+                .observe(h.as_secs_f64());
+        }
+        if let Some(o) = r.overhead() {
+            s.overhead
+                .get_or_init(|| self.overhead.with_label_values(&[l.dialect, &l.upstream]))
+                .observe(o);
         }
     }
 
@@ -465,9 +515,14 @@ impl Metrics {
             return;
         }
         let l = &r.labels;
-        self.ttft
-            .with_label_values(&[l.dialect, &l.upstream, &l.model])
-            .observe(seconds);
+        self.with_series(r, |s| {
+            s.ttft
+                .get_or_init(|| {
+                    self.ttft
+                        .with_label_values(&[l.dialect, &l.upstream, &l.model])
+                })
+                .observe(seconds);
+        });
         if let Some(v) = &self.vllm {
             v.ttft(&l.model, seconds);
         }
@@ -475,19 +530,21 @@ impl Metrics {
 
     /// A chunk of `tokens` tokens arrived `gap` seconds after the previous one: `tokens`
     /// observations of `gap / tokens` (token-weighted, so multi-token chunks don't inflate ITL).
-    pub fn observe_itl(&self, r: &mut RequestRecord, gap: f64, tokens: u32) {
+    pub fn observe_itl(&self, r: &RequestRecord, gap: f64, tokens: u32) {
         if self.off {
             return;
         }
         let l = &r.labels;
-        let h = r.itl.get_or_insert_with(|| {
-            self.itl
-                .with_label_values(&[l.dialect, &l.upstream, &l.model])
-        });
         let each = gap / f64::from(tokens.max(1));
-        for _ in 0..tokens {
-            h.observe(each);
-        }
+        self.with_series(r, |s| {
+            let h = s.itl.get_or_init(|| {
+                self.itl
+                    .with_label_values(&[l.dialect, &l.upstream, &l.model])
+            });
+            for _ in 0..tokens {
+                h.observe(each);
+            }
+        });
         if let Some(v) = &self.vllm {
             v.itl(&l.model, each, tokens);
         }

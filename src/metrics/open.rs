@@ -24,8 +24,8 @@ pub struct OpenRecord {
 
 impl OpenRecord {
     /// Open a record: from now on the request is in flight until this ends, one way or another.
-    pub fn open(metrics: Arc<Metrics>, record: RequestRecord) -> OpenRecord {
-        metrics.request_started(&record.labels);
+    pub fn open(metrics: Arc<Metrics>, mut record: RequestRecord) -> OpenRecord {
+        record.series = metrics.request_started(&record.labels);
         OpenRecord {
             record,
             metrics,
@@ -50,8 +50,7 @@ impl OpenRecord {
     /// Give the request its final labels once the model is known; what was counted under the
     /// old ones (in flight, running) moves to the new.
     pub fn relabel(&mut self, labels: Labels) {
-        self.metrics
-            .request_relabelled(&self.record.labels, &labels);
+        self.record.series = self.metrics.request_relabelled(&self.record, &labels);
         self.record.labels = labels;
     }
 

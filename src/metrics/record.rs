@@ -35,7 +35,7 @@ impl Outcome {
 
 /// Label values, each from a closed set (the model is already mapped to a known name or
 /// `other`).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct Labels {
     pub dialect: &'static str,
     pub upstream: String,
@@ -72,9 +72,9 @@ pub struct RequestRecord {
     /// Time spent waiting on the upstream (headers plus body reads).
     pub upstream_wait: Duration,
     pub ended: Option<Instant>,
-    /// This request's inter-token histogram, looked up once (at its first gap) rather than
-    /// hashed out of the label set at every token.
-    pub itl: Option<prometheus::Histogram>,
+    /// This request's series, looked up when it opens and when its labels change
+    /// (`OpenRecord`) rather than hashed out of the label set at every use.
+    pub series: Option<std::sync::Arc<super::Series>>,
     /// The client key's name and budget, when `[auth]` is on.
     pub key: Option<crate::auth::ClientKey>,
     /// The output cap the client asked for (whatever its dialect calls it), if any.
@@ -124,7 +124,7 @@ impl RequestRecord {
             upstream_headers: None,
             upstream_wait: Duration::ZERO,
             ended: None,
-            itl: None,
+            series: None,
             key: None,
             max_tokens: None,
             session: None,

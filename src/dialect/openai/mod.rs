@@ -10,9 +10,11 @@
 
 pub mod chat;
 pub mod completions;
+mod cursor;
 pub mod error;
 mod scan;
 pub mod stream;
+mod summary;
 pub mod wire;
 
 /// Logprobs of one stream chunk, in either endpoint's shape.
@@ -28,6 +30,7 @@ fn completions_logprobs(
     }
 }
 
+pub(crate) use summary::counts as response_counts;
 pub use wire::{finish_from_wire, finish_to_wire, sampling_from_wire, write_sampling, UsageWire};
 
 /// How much of vLLM's additions to the OpenAI API an upstream takes.

@@ -5,7 +5,7 @@ use bytes::{BufMut, BytesMut};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::response::{finish_from_json, meta_info};
+use super::response::{finish_from_json, meta_info, MetaInfo};
 use crate::dialect::Ctx;
 use crate::error::ProxyError;
 use crate::model::{Choice, Chunk, Event, Tally, Usage};
@@ -20,16 +20,82 @@ pub struct Encoder {
     /// Finished choices whose last event waits for the upstream's counts: an upstream that
     /// reports usage only at the end (plain OpenAI, llama.cpp) sends it after the finish.
     deferred: Vec<u32>,
+    /// Per choice, its cumulative text and ids as written (see `Written`).
+    written: Vec<Written>,
+    /// Where `meta_info` is serialized before it is copied out (a `Vec` writes serde's
+    /// small pieces cheaper than `BytesMut`'s `io::Write` adapter).
+    scratch: Vec<u8>,
 }
 
-#[derive(serde::Serialize)]
-struct Out<'a> {
-    text: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    output_ids: Option<&'a [u32]>,
-    meta_info: super::response::MetaInfo,
-    #[serde(skip_serializing_if = "Option::is_none")]
+/// A choice's cumulative `text` escaped as serde_json escapes it (without the quotes) and
+/// its `output_ids` as serde_json writes them (without the brackets), each extended by the
+/// new delta only: every event repeats them whole, and escaping the whole text again at
+/// every event made the escaper the largest cost of a translated SGLang stream. Escaping is
+/// per character, so the escaped deltas joined are the escaped whole.
+#[derive(Debug, Default)]
+struct Written {
+    text: Vec<u8>,
+    ids: Vec<u8>,
+}
+
+/// One event as serde_json wrote it from a struct of these fields, in this order (the tests
+/// keep that struct as the reference), from its pieces already in JSON (see `Written`):
+/// `{"text":..,"output_ids":..,"meta_info":..,"index":..}`.
+fn write_event(
+    out: &mut BytesMut,
+    w: &Written,
+    ids: bool,
+    meta: &MetaInfo,
     index: Option<u32>,
+    scratch: &mut Vec<u8>,
+) {
+    out.put_slice(b"data: {\"text\":\"");
+    out.put_slice(&w.text);
+    out.put_slice(b"\"");
+    if ids {
+        out.put_slice(b",\"output_ids\":[");
+        out.put_slice(&w.ids);
+        out.put_slice(b"]");
+    }
+    scratch.clear();
+    // A struct of numbers, strings and JSON values: serializing it cannot fail.
+    if serde_json::to_writer(&mut *scratch, meta).is_ok() {
+        out.put_slice(b",\"meta_info\":");
+        out.put_slice(scratch);
+    }
+    if let Some(i) = index {
+        out.put_slice(b",\"index\":");
+        out.put_slice(itoa(i, scratch));
+    }
+    out.put_slice(b"}\n\n");
+}
+
+/// `n` as serde_json writes it, in `scratch`.
+fn itoa(n: u32, scratch: &mut Vec<u8>) -> &[u8] {
+    scratch.clear();
+    // Writing a number into a `Vec` cannot fail.
+    let _ = serde_json::to_writer(&mut *scratch, &n);
+    scratch
+}
+
+impl Written {
+    /// Extend by one chunk's text and ids.
+    fn extend(&mut self, text: &str, ids: Option<&[u32]>, scratch: &mut Vec<u8>) {
+        if !text.is_empty() {
+            scratch.clear();
+            // Writing a string into a `Vec` cannot fail; the quotes are left out.
+            let _ = serde_json::to_writer(&mut *scratch, text);
+            if let Some(inner) = scratch.get(1..scratch.len().saturating_sub(1)) {
+                self.text.extend_from_slice(inner);
+            }
+        }
+        for &id in ids.unwrap_or_default() {
+            if !self.ids.is_empty() {
+                self.ids.push(b',');
+            }
+            self.ids.extend_from_slice(itoa(id, scratch));
+        }
+    }
 }
 
 impl Encoder {
@@ -39,6 +105,8 @@ impl Encoder {
             tally: Tally::default(),
             choices: Vec::new(),
             deferred: Vec::new(),
+            written: Vec::new(),
+            scratch: Vec::new(),
         }
     }
 
@@ -64,7 +132,9 @@ impl Encoder {
         let i = c.index as usize;
         if self.choices.len() <= i {
             self.choices.resize_with(i + 1, Choice::default);
+            self.written.resize_with(i + 1, Written::default);
         }
+        self.written[i].extend(&c.text, c.token_ids.as_deref(), &mut self.scratch);
         let st = &mut self.choices[i];
         st.index = c.index;
         st.text.push_str(&c.text);
@@ -97,6 +167,15 @@ impl Encoder {
     /// from the upstream's running usage, else from the request's token ids (as SGLang
     /// itself reports it from the first chunk).
     fn write(&mut self, index: u32, out: &mut BytesMut) {
+        let meta = self.meta(index);
+        let i = index as usize;
+        let ids = self.choices[i].token_ids.is_some();
+        let index = self.ctx.is_multi().then_some(index);
+        write_event(out, &self.written[i], ids, &meta, index, &mut self.scratch);
+    }
+
+    /// Choice `index`'s `meta_info` as it stands.
+    fn meta(&self, index: u32) -> MetaInfo {
         let prompt = self.tally.choice_prompt(index);
         let usage = Usage {
             prompt_tokens: prompt.or(self.ctx.choice_prompt(index)).unwrap_or(0),
@@ -104,17 +183,7 @@ impl Encoder {
             cached_tokens: self.tally.choice_cached(index),
         };
         let st = &self.choices[index as usize];
-        let body = Out {
-            text: &st.text,
-            output_ids: st.token_ids.as_deref(),
-            meta_info: meta_info(&self.ctx, st, usage, st.finish.is_some()),
-            index: self.ctx.is_multi().then_some(index),
-        };
-        out.put_slice(b"data: ");
-        if serde_json::to_writer((&mut *out).writer(), &body).is_err() {
-            out.put_slice(b"{}");
-        }
-        out.put_slice(b"\n\n");
+        meta_info(&self.ctx, st, usage, st.finish.is_some())
     }
 
     pub fn end(&mut self, out: &mut BytesMut) {
@@ -224,6 +293,9 @@ impl Decoder {
 
 #[cfg(test)]
 mod tests {
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+
     use super::*;
     use crate::dialect::Dialect;
 
@@ -250,6 +322,146 @@ mod tests {
                 serde_json::from_str::<Value>(d).unwrap()["meta_info"]["prompt_tokens"].clone()
             })
             .collect()
+    }
+
+    /// An event as serde_json wrote it before `write_event`: the reference.
+    #[derive(serde::Serialize)]
+    struct Out<'a> {
+        text: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        output_ids: Option<&'a [u32]>,
+        meta_info: &'a MetaInfo,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        index: Option<u32>,
+    }
+
+    fn reference(text: &str, ids: Option<&[u32]>, meta: &MetaInfo, index: Option<u32>) -> Vec<u8> {
+        let out = Out {
+            text,
+            output_ids: ids,
+            meta_info: meta,
+            index,
+        };
+        let mut v = b"data: ".to_vec();
+        serde_json::to_writer(&mut v, &out).unwrap();
+        v.extend_from_slice(b"\n\n");
+        v
+    }
+
+    /// A random piece of text with what JSON escapes (quotes, backslashes, every control
+    /// character, DEL) and what it does not (multi-byte characters).
+    fn random_text(rng: &mut StdRng) -> String {
+        const PIECES: &[&str] = &[
+            "a",
+            " b",
+            "\"",
+            "\\",
+            "/",
+            "\n",
+            "\r",
+            "\t",
+            "\u{8}",
+            "\u{c}",
+            "\u{0}",
+            "\u{1f}",
+            "\u{7f}",
+            "é",
+            "€",
+            "😀",
+            "\u{2028}",
+            "\u{fffd}",
+            "</script>",
+        ];
+        let len = rng.random_range(0..6);
+        (0..len)
+            .map(|_| match rng.random_range(0..8) {
+                0 => char::from(rng.random_range(0..0x20u8)).to_string(),
+                _ => PIECES[rng.random_range(0..PIECES.len())].to_string(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn events_are_the_bytes_serde_json_wrote() {
+        // Bounded: 300 streams of up to 30 random deltas, one or two choices, with and
+        // without token ids.
+        let mut rng = StdRng::seed_from_u64(5);
+        for round in 0..300 {
+            let body: &[u8] = match round % 3 {
+                0 => br#"{"text": "a b", "stream": true}"#,
+                1 => br#"{"text": "a b", "stream": true, "sampling_params": {"n": 2}}"#,
+                _ => br#"{"input_ids": [1, 2], "stream": true}"#,
+            };
+            let mut enc = encoder(body);
+            let choices = if round % 3 == 1 { 2 } else { 1 };
+            let mut texts = vec![String::new(); choices];
+            let mut ids: Vec<Option<Vec<u32>>> = vec![None; choices];
+            for _ in 0..rng.random_range(1..30) {
+                let index = rng.random_range(0..choices as u32);
+                let i = index as usize;
+                let delta = random_text(&mut rng);
+                let n = rng.random_range(0..3);
+                let new_ids = (round % 2 == 0).then(|| {
+                    (0..n)
+                        .map(|_| rng.random_range(0..200_000u32))
+                        .collect::<Vec<_>>()
+                });
+                texts[i].push_str(&delta);
+                if let Some(n) = &new_ids {
+                    ids[i].get_or_insert_with(Vec::new).extend_from_slice(n);
+                }
+                let chunk = Event::Chunk(Chunk {
+                    index,
+                    text: delta.clone(),
+                    token_ids: new_ids,
+                    tokens: Some(1),
+                    ..Chunk::default()
+                });
+                let mut out = BytesMut::new();
+                enc.events(&[chunk], &mut out);
+                if delta.is_empty() {
+                    assert!(out.is_empty());
+                    continue;
+                }
+                let multi = enc.ctx.is_multi().then_some(index);
+                let want = reference(&texts[i], ids[i].as_deref(), &enc.meta(index), multi);
+                assert_eq!(
+                    String::from_utf8_lossy(&out),
+                    String::from_utf8_lossy(&want),
+                    "{:?}",
+                    texts[i]
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_last_event_is_the_bytes_serde_json_wrote() {
+        // The last event's meta has a latency of its own: both are written from one.
+        let enc = encoder(br#"{"text": "a b", "stream": true, "sampling_params": {"n": 2}}"#);
+        let choice = Choice {
+            index: 1,
+            text: "end \"q\"\n\u{1}".into(),
+            token_ids: Some(vec![7, 80]),
+            finish: Some(crate::model::Finish::Length),
+            ..Choice::default()
+        };
+        let usage = Usage {
+            prompt_tokens: 2,
+            completion_tokens: 2,
+            cached_tokens: Some(1),
+        };
+        let meta = meta_info(&enc.ctx, &choice, usage, true);
+        let (mut w, mut scratch) = (Written::default(), Vec::new());
+        w.extend(&choice.text, choice.token_ids.as_deref(), &mut scratch);
+        let mut out = BytesMut::new();
+        write_event(&mut out, &w, true, &meta, Some(1), &mut scratch);
+        let want = reference(&choice.text, choice.token_ids.as_deref(), &meta, Some(1));
+        assert_eq!(
+            String::from_utf8_lossy(&out),
+            String::from_utf8_lossy(&want)
+        );
+        assert!(want.windows(11).any(|w| w == b"e2e_latency"));
     }
 
     #[test]

@@ -156,16 +156,10 @@ fn summarize(dialect: Dialect, status: StatusCode, bytes: &[u8], sent: Instant) 
         s.error = Some((outcome, "upstream_status"));
         return s;
     }
-    if let Ok(mut resp) = dialect.decode_response(bytes) {
-        resp.fill_usage(1);
-        let usage = resp.usage.unwrap_or_default();
-        s.prompt_tokens = usage.prompt_tokens;
-        s.completion_tokens = usage.completion_tokens;
-        s.finish = resp
-            .choices
-            .first()
-            .and_then(|c| c.finish.as_ref())
-            .map(|f| f.label());
+    if let Some(c) = dialect.response_counts(bytes) {
+        s.prompt_tokens = c.prompt_tokens;
+        s.completion_tokens = c.completion_tokens;
+        s.finish = c.finish;
     }
     s
 }

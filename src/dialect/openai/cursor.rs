@@ -1,0 +1,427 @@
+//! One pass over JSON text that answers only when it is sure to agree with serde: the
+//! shared reader of `scan` (stream events) and `summary` (whole responses). Every method
+//! gives `None` for anything it is not sure of, and the caller then reads the text with
+//! serde instead.
+
+use std::borrow::Cow;
+use std::ops::Range;
+use std::str::FromStr;
+
+use serde_json::Value;
+
+/// Nesting skipped inside an unknown value; serde's own limit (128 levels) is further.
+const MAX_DEPTH: usize = 64;
+
+/// The longest integer part of a number read into a `Value`: serde refuses a float past
+/// `f64::MAX` (309 digits); anything shorter, without an exponent, is finite.
+const MAX_INT_DIGITS: usize = 300;
+
+/// `None` throughout: not sure, read it with serde.
+pub(super) type Sure<T> = Option<T>;
+
+/// The known fields of one object met so far: serde refuses a field given twice.
+#[derive(Default)]
+pub(super) struct Seen(u32);
+
+impl Seen {
+    pub(super) fn first(&mut self, field: u32) -> Sure<()> {
+        let bit = 1 << field;
+        let new = self.0 & bit == 0;
+        self.0 |= bit;
+        new.then_some(())
+    }
+
+    /// Whether `field` was met.
+    pub(super) fn has(&self, field: u32) -> bool {
+        self.0 & (1 << field) != 0
+    }
+}
+
+/// Bytes that end a plain run inside a string: the quote, the backslash, and the control
+/// characters JSON forbids there.
+const STOPS: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut b = 0;
+    while b < 0x20 {
+        t[b] = true;
+        b += 1;
+    }
+    t[b'"' as usize] = true;
+    t[b'\\' as usize] = true;
+    t
+};
+
+/// How far `bytes` runs before a quote or backslash, or `None` when neither comes or a raw
+/// control character comes first. Eight bytes a step (a byte-wise table walk cost a
+/// response's text and keys about 5 instructions a byte), the rest by the table.
+#[inline]
+fn plain_run(bytes: &[u8]) -> Sure<usize> {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let mut at = 0;
+    for chunk in bytes.chunks_exact(8) {
+        let word = u64::from_le_bytes(chunk.try_into().ok()?);
+        let quote = word ^ (ONES * u64::from(b'"'));
+        let slash = word ^ (ONES * u64::from(b'\\'));
+        // The high bit of each byte that is 0 (a quote, a backslash) or under 0x20: the
+        // lowest one flagged is exact (a borrow may flag bytes above it, never below).
+        let flags = (quote.wrapping_sub(ONES) & !quote
+            | slash.wrapping_sub(ONES) & !slash
+            | word.wrapping_sub(ONES * 0x20) & !word)
+            & HIGH;
+        if flags != 0 {
+            at += flags.trailing_zeros() as usize / 8;
+            return matches!(bytes[at], b'"' | b'\\').then_some(at);
+        }
+        at += 8;
+    }
+    let end = bytes[at..].iter().position(|&b| STOPS[usize::from(b)])? + at;
+    matches!(bytes[end], b'"' | b'\\').then_some(end)
+}
+
+pub(super) struct Cursor<'a> {
+    pub(super) text: &'a str,
+    pub(super) bytes: &'a [u8],
+    pub(super) at: usize,
+}
+
+impl<'a> Cursor<'a> {
+    pub(super) fn new(text: &'a str) -> Cursor<'a> {
+        Cursor {
+            text,
+            bytes: text.as_bytes(),
+            at: 0,
+        }
+    }
+
+    pub(super) fn ws(&mut self) {
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.bytes.get(self.at) {
+            self.at += 1;
+        }
+    }
+
+    /// Only whitespace is left, as serde wants after a document.
+    pub(super) fn end(&mut self) -> Sure<()> {
+        self.ws();
+        (self.at == self.bytes.len()).then_some(())
+    }
+
+    /// The next byte after whitespace.
+    pub(super) fn peek(&mut self) -> Sure<u8> {
+        self.ws();
+        self.bytes.get(self.at).copied()
+    }
+
+    fn eat(&mut self, byte: u8) -> Sure<()> {
+        (self.peek()? == byte).then(|| self.at += 1)
+    }
+
+    /// `{ "key": value, ... }`, `each` reading every value after its key.
+    pub(super) fn object(&mut self, each: impl FnMut(&mut Self, &'a str) -> Sure<()>) -> Sure<()> {
+        self.eat(b'{')?;
+        if self.peek()? == b'}' {
+            self.at += 1;
+            return Some(());
+        }
+        self.members(each)
+    }
+
+    /// The rest of an object after one member's value: `, "key": value ... }` or `}`.
+    pub(super) fn members_after(
+        &mut self,
+        each: impl FnMut(&mut Self, &'a str) -> Sure<()>,
+    ) -> Sure<()> {
+        match self.peek()? {
+            b'}' => {
+                self.at += 1;
+                Some(())
+            }
+            b',' => {
+                self.at += 1;
+                self.members(each)
+            }
+            _ => None,
+        }
+    }
+
+    /// `"key": value, ... }`, `each` reading every value after its key.
+    fn members(&mut self, mut each: impl FnMut(&mut Self, &'a str) -> Sure<()>) -> Sure<()> {
+        loop {
+            // An escaped key could still name a field: serde's to match.
+            let Cow::Borrowed(key) = self.string()? else {
+                return None;
+            };
+            self.eat(b':')?;
+            each(self, key)?;
+            match self.peek()? {
+                b',' => self.at += 1,
+                b'}' => {
+                    self.at += 1;
+                    return Some(());
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// A string and, when it is borrowed from this event, where it lies in it.
+    pub(super) fn located_string(&mut self) -> Sure<(Cow<'a, str>, Option<Range<usize>>)> {
+        let s = self.string()?;
+        let at = match &s {
+            Cow::Borrowed(b) => {
+                let start = b.as_ptr() as usize - self.text.as_ptr() as usize;
+                Some(start..start + b.len())
+            }
+            Cow::Owned(_) => None,
+        };
+        Some((s, at))
+    }
+
+    pub(super) fn array<T>(&mut self, mut each: impl FnMut(&mut Self) -> Sure<T>) -> Sure<Vec<T>> {
+        self.eat(b'[')?;
+        let mut out = Vec::new();
+        if self.peek()? == b']' {
+            self.at += 1;
+            return Some(out);
+        }
+        loop {
+            out.push(each(self)?);
+            match self.peek()? {
+                b',' => self.at += 1,
+                b']' => {
+                    self.at += 1;
+                    return Some(out);
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// `null` as `None`, anything else read by `read` (serde's `Option`).
+    pub(super) fn nullable<T>(
+        &mut self,
+        read: impl FnOnce(&mut Self) -> Sure<T>,
+    ) -> Sure<Option<T>> {
+        match self.peek()? {
+            b'n' => self.literal(b"null").map(|()| None),
+            _ => read(self).map(Some),
+        }
+    }
+
+    /// An `Option<Value>` field: serde reads the value's own text.
+    pub(super) fn value(&mut self) -> Sure<Option<Value>> {
+        self.nullable(|c| serde_json::from_str(c.raw()?).ok())
+    }
+
+    /// A string, borrowed when it has no escapes (as serde's `Cow` borrows); with them, its
+    /// exact text unescaped by serde.
+    pub(super) fn string(&mut self) -> Sure<Cow<'a, str>> {
+        if self.peek()? != b'"' {
+            return None;
+        }
+        let start = self.at;
+        let end = plain_run(&self.bytes[start + 1..])? + start + 1;
+        if self.bytes[end] == b'"' {
+            self.at = end + 1;
+            return Some(Cow::Borrowed(&self.text[start + 1..end]));
+        }
+        self.skip_string()?;
+        let token = &self.text[start..self.at];
+        serde_json::from_str::<String>(token).ok().map(Cow::Owned)
+    }
+
+    /// A `u32` as serde reads one: digits only, no leading zero, in range. A sign is left
+    /// to serde; a fraction or exponent (a float to serde) stops the digits short of the
+    /// `,` `}` or `]` the caller then wants, so it goes to serde too.
+    pub(super) fn u32(&mut self) -> Sure<u32> {
+        self.uint()
+    }
+
+    /// An unsigned integer of type `T`, read as `u32` is.
+    pub(super) fn uint<T: FromStr>(&mut self) -> Sure<T> {
+        self.ws();
+        let start = self.at;
+        self.digits();
+        let digits = &self.text[start..self.at];
+        let plain = !digits.is_empty() && (digits == "0" || !digits.starts_with('0'));
+        plain.then(|| digits.parse().ok())?
+    }
+
+    /// The exact text of the next value.
+    pub(super) fn raw(&mut self) -> Sure<&'a str> {
+        self.ws();
+        let start = self.at;
+        self.skip_value(0)?;
+        Some(&self.text[start..self.at])
+    }
+
+    /// Step over one well-formed value, as serde steps over a field it ignores.
+    pub(super) fn skip_value(&mut self, depth: usize) -> Sure<()> {
+        if depth > MAX_DEPTH {
+            return None;
+        }
+        match self.peek()? {
+            b'"' => self.skip_string(),
+            b'{' => self.object(|c, _| c.skip_value(depth + 1)),
+            b'[' => self.array(|c| c.skip_value(depth + 1)).map(drop),
+            b't' => self.literal(b"true"),
+            b'f' => self.literal(b"false"),
+            b'n' => self.literal(b"null"),
+            b'-' | b'0'..=b'9' => self.skip_number().map(drop),
+            _ => None,
+        }
+    }
+
+    /// Step over one value that serde would read into a `Value` without error: as
+    /// `skip_value`, but its strings must make characters and its numbers finite floats.
+    pub(super) fn check_value(&mut self, depth: usize) -> Sure<()> {
+        if depth > MAX_DEPTH {
+            return None;
+        }
+        match self.peek()? {
+            b'"' => self.check_string(),
+            b'{' => self.object(|c, _| c.check_value(depth + 1)),
+            b'[' => self.array(|c| c.check_value(depth + 1)).map(drop),
+            b't' => self.literal(b"true"),
+            b'f' => self.literal(b"false"),
+            b'n' => self.literal(b"null"),
+            b'-' | b'0'..=b'9' => {
+                let (int_digits, exponent) = self.skip_number()?;
+                (int_digits <= MAX_INT_DIGITS && !exponent).then_some(())
+            }
+            _ => None,
+        }
+    }
+
+    fn literal(&mut self, word: &[u8]) -> Sure<()> {
+        self.bytes[self.at..]
+            .starts_with(word)
+            .then(|| self.at += word.len())
+    }
+
+    /// A string with its escapes checked as serde checks them (any four hex digits after
+    /// `\u`: whether they make a character is the reader's business).
+    fn skip_string(&mut self) -> Sure<()> {
+        self.eat(b'"')?;
+        loop {
+            self.at += plain_run(&self.bytes[self.at..])?;
+            if self.bytes[self.at] == b'"' {
+                self.at += 1;
+                return Some(());
+            }
+            self.at += 1;
+            match *self.bytes.get(self.at)? {
+                b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => self.at += 1,
+                b'u' => drop(self.hex_escape()?),
+                _ => return None,
+            }
+        }
+    }
+
+    /// A string as serde reads one into a `String`: as `skip_string`, and every `\u`
+    /// escape makes a character, a surrogate only as the first of a pair followed at once
+    /// by the second (serde's other answers for surrogates are left to serde).
+    pub(super) fn check_string(&mut self) -> Sure<()> {
+        self.eat(b'"')?;
+        loop {
+            self.at += plain_run(&self.bytes[self.at..])?;
+            if self.bytes[self.at] == b'"' {
+                self.at += 1;
+                return Some(());
+            }
+            self.at += 1;
+            match *self.bytes.get(self.at)? {
+                b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => self.at += 1,
+                b'u' => match self.hex_escape()? {
+                    0xD800..=0xDBFF => {
+                        if !self.bytes[self.at..].starts_with(b"\\u") {
+                            return None;
+                        }
+                        self.at += 1;
+                        if !(0xDC00..=0xDFFF).contains(&self.hex_escape()?) {
+                            return None;
+                        }
+                    }
+                    0xDC00..=0xDFFF => return None,
+                    _ => {}
+                },
+                _ => return None,
+            }
+        }
+    }
+
+    /// `uXXXX` (after its backslash): the code unit, and the cursor past it.
+    fn hex_escape(&mut self) -> Sure<u16> {
+        let hex = self.bytes.get(self.at + 1..self.at + 5)?;
+        if !hex.iter().all(u8::is_ascii_hexdigit) {
+            return None;
+        }
+        self.at += 5;
+        let hex = std::str::from_utf8(hex).ok()?;
+        u16::from_str_radix(hex, 16).ok()
+    }
+
+    /// `-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`: how many digits its integer part
+    /// has, and whether it has an exponent.
+    fn skip_number(&mut self) -> Sure<(usize, bool)> {
+        if self.bytes.get(self.at) == Some(&b'-') {
+            self.at += 1;
+        }
+        let start = self.at;
+        match *self.bytes.get(self.at)? {
+            b'0' => self.at += 1,
+            b'1'..=b'9' => self.digits(),
+            _ => return None,
+        }
+        let int_digits = self.at - start;
+        if self.bytes.get(self.at) == Some(&b'.') {
+            self.at += 1;
+            self.some_digits()?;
+        }
+        let exponent = matches!(self.bytes.get(self.at), Some(b'e' | b'E'));
+        if exponent {
+            self.at += 1;
+            if let Some(b'+' | b'-') = self.bytes.get(self.at) {
+                self.at += 1;
+            }
+            self.some_digits()?;
+        }
+        Some((int_digits, exponent))
+    }
+
+    fn digits(&mut self) {
+        while self.bytes.get(self.at).is_some_and(u8::is_ascii_digit) {
+            self.at += 1;
+        }
+    }
+
+    fn some_digits(&mut self) -> Sure<()> {
+        let start = self.at;
+        self.digits();
+        (self.at > start).then_some(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+
+    use super::*;
+
+    #[test]
+    fn a_plain_run_ends_where_the_byte_table_says() {
+        // Bounded: 20,000 random strings of bytes JSON treats differently in a string.
+        const BYTES: &[u8] = b"ab \"\\\x00\x1f\x20\x7f\x80\xff!#[]";
+        let mut rng = StdRng::seed_from_u64(3);
+        for _ in 0..20_000 {
+            let len = rng.random_range(0..40);
+            let bytes: Vec<u8> = (0..len)
+                .map(|_| BYTES[rng.random_range(0..BYTES.len())])
+                .collect();
+            let end = bytes.iter().position(|&b| STOPS[usize::from(b)]);
+            let want = end.filter(|&e| matches!(bytes[e], b'"' | b'\\'));
+            assert_eq!(plain_run(&bytes), want, "{bytes:?}");
+        }
+    }
+}

@@ -1,0 +1,303 @@
+//! A fast reader for whole OpenAI completions and chat responses that gives a passthrough's
+//! metrics exactly what serde's `decode_response` would (`Counts`), or nothing. serde's
+//! reader builds the whole `Response` (every string copied, logprobs taken apart) for three
+//! numbers: in a profile of a non-streaming passthrough, a tenth of lingo's instructions.
+//! This walks the body once, checking what serde would check and keeping only the counts.
+//!
+//! It answers only when serde would read the body without error: a field given twice, an
+//! escaped key, an integer with a sign, a number with an exponent in a `Value`, a surrogate
+//! escape that is not a whole pair, anything that is not well-formed JSON, and the caller
+//! reads the body with serde instead (which then gives its own answer or error).
+
+use super::cursor::{Cursor, Seen, Sure};
+use super::finish_from_wire;
+use crate::dialect::Counts;
+
+/// What one choice adds: its finish label and, with both token id lists, their lengths.
+struct ChoiceCounts {
+    finish: Option<&'static str>,
+    ids: Option<(u64, u64)>,
+}
+
+/// `Counts` of a completions (`chat: false`) or chat response, as serde would give them.
+pub(crate) fn counts(text: &str, chat: bool) -> Sure<Counts> {
+    let mut c = Cursor::new(text);
+    let mut seen = Seen::default();
+    let mut usage = None;
+    // The first choice's finish, and what the choices' token ids add up to.
+    let (mut finish, mut ids) = (None, (0u64, 0u64));
+    c.object(|c, key| match key {
+        "id" => seen.first(0).and_then(|()| c.check_string()),
+        "model" => seen.first(1).and_then(|()| c.check_string()),
+        "choices" => {
+            seen.first(2)?;
+            let mut first = true;
+            // Folded as they come: no list to allocate (a list of `()` allocates nothing).
+            c.array(|c| {
+                let ch = choice(c, chat)?;
+                if std::mem::take(&mut first) {
+                    finish = ch.finish;
+                }
+                if let Some((p, t)) = ch.ids {
+                    ids = (ids.0.saturating_add(p), ids.1.saturating_add(t));
+                }
+                Some(())
+            })?;
+            Some(())
+        }
+        "usage" => {
+            seen.first(3)?;
+            usage = c.nullable(self::usage)?;
+            Some(())
+        }
+        _ => c.skip_value(0),
+    })?;
+    c.end()?;
+    // `choices` has no default: without it serde refuses the response.
+    if !seen.has(2) {
+        return None;
+    }
+    // The response's own usage, else what its choices' token ids add up to
+    // (`Response::fill_usage`, one prompt per choice).
+    let (prompt_tokens, completion_tokens) = usage.unwrap_or(ids);
+    Some(Counts {
+        prompt_tokens,
+        completion_tokens,
+        finish,
+    })
+}
+
+/// One completions choice (`text`, `prompt_token_ids`) or chat choice (`message`).
+fn choice(c: &mut Cursor<'_>, chat: bool) -> Sure<ChoiceCounts> {
+    let mut seen = Seen::default();
+    let (mut finish, mut ids, mut prompt_ids) = (None, None, None);
+    c.object(|c, key| match key {
+        "index" => seen.first(0).and_then(|()| c.u32()).map(drop),
+        "text" if !chat => seen.first(1).and_then(|()| c.check_string()),
+        "message" if chat => seen.first(1).and_then(|()| message(c)),
+        "finish_reason" => {
+            seen.first(2)?;
+            let reason = c.nullable(|c| c.string())?;
+            finish = finish_from_wire(reason.as_deref(), None).map(|f| f.label());
+            Some(())
+        }
+        "stop_reason" => seen.first(3).and_then(|()| c.check_value(0)),
+        "matched_stop" => seen.first(4).and_then(|()| c.check_value(0)),
+        "logprobs" => seen.first(5).and_then(|()| c.check_value(0)),
+        "token_ids" => {
+            seen.first(6)?;
+            ids = c.nullable(token_ids)?;
+            Some(())
+        }
+        "prompt_token_ids" if !chat => {
+            seen.first(7)?;
+            prompt_ids = c.nullable(token_ids)?;
+            Some(())
+        }
+        _ => c.skip_value(0),
+    })?;
+    // A chat choice's `message` has no default.
+    if chat && !seen.has(1) {
+        return None;
+    }
+    Some(ChoiceCounts {
+        finish,
+        // Only completions choices carry counts of their own, and only with both lists.
+        ids: prompt_ids.zip(ids),
+    })
+}
+
+/// A chat message: an object whose `content` is a string or null.
+fn message(c: &mut Cursor<'_>) -> Sure<()> {
+    let mut seen = Seen::default();
+    c.object(|c, key| match key {
+        "content" => seen
+            .first(0)
+            .and_then(|()| c.nullable(Cursor::check_string))
+            .map(drop),
+        _ => c.skip_value(0),
+    })
+}
+
+/// A list of `u32` token ids: how many.
+fn token_ids(c: &mut Cursor<'_>) -> Sure<u64> {
+    let ids = c.array(|c| c.u32().map(drop))?;
+    Some(ids.len() as u64)
+}
+
+/// `usage`: `(prompt_tokens, completion_tokens)`, each 0 when absent.
+fn usage(c: &mut Cursor<'_>) -> Sure<(u64, u64)> {
+    let mut seen = Seen::default();
+    let (mut prompt, mut completion) = (0, 0);
+    c.object(|c, key| match key {
+        "prompt_tokens" => {
+            prompt = seen.first(0).and_then(|()| c.uint())?;
+            Some(())
+        }
+        "completion_tokens" => {
+            completion = seen.first(1).and_then(|()| c.uint())?;
+            Some(())
+        }
+        "prompt_tokens_details" => seen.first(2).and_then(|()| c.nullable(details)).map(drop),
+        _ => c.skip_value(0),
+    })?;
+    Some((prompt, completion))
+}
+
+/// `prompt_tokens_details`: its `cached_tokens`, if any, must be a `u64` or null.
+fn details(c: &mut Cursor<'_>) -> Sure<()> {
+    let mut seen = Seen::default();
+    c.object(|c, key| match key {
+        "cached_tokens" => seen
+            .first(0)
+            .and_then(|()| c.nullable(Cursor::uint::<u64>))
+            .map(drop),
+        _ => c.skip_value(0),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+
+    use super::*;
+    use crate::dialect::openai::{chat, completions};
+
+    /// Completions responses as servers send them: each must be read fast, as serde reads it.
+    const COMPLETIONS: &[&str] = &[
+        r#"{"id":"cmpl-4a76","object":"text_completion","created":1796147249,"model":"mock-model","choices":[{"index":0,"text":" warm pear drum","logprobs":null,"finish_reason":"length","stop_reason":null,"prompt_logprobs":null}],"usage":{"prompt_tokens":4,"total_tokens":20,"completion_tokens":16,"prompt_tokens_details":null},"kv_transfer_params":null}"#,
+        r#"{"id":"cmpl-1","object":"text_completion","created":1,"model":"m","choices":[{"index":0,"text":"line\nbreak \"quoted\" \\ \/ \u00e9 \ud83d\ude00","logprobs":null,"finish_reason":"stop","stop_reason":"\n\n"},{"index":1,"text":"b","finish_reason":"stop","stop_reason":13}],"usage":{"prompt_tokens":5,"completion_tokens":2,"total_tokens":7,"prompt_tokens_details":{"cached_tokens":3}}}"#,
+        r#"{"id":"x","model":"m","choices":[{"index":0,"text":"é ünï","finish_reason":"abort","token_ids":[1, 22,333],"prompt_token_ids":[5,6]},{"index":1,"text":"","finish_reason":null,"token_ids":[4],"prompt_token_ids":[5,6]}]}"#,
+        r#"{"id":"x","model":"m","choices":[{"index":0,"text":"a","finish_reason":"eos_token","matched_stop":"stop-here","token_ids":null}],"usage":null}"#,
+        r#"{"id":"x","model":"m","choices":[{"index":0,"text":"a b","logprobs":{"tokens":["a"," b"],"token_logprobs":[-0.5,-1.25],"top_logprobs":[{"a":-0.5},{" b":-1.0}],"text_offset":[0,1]},"finish_reason":"length"}],"usage":{"prompt_tokens":1,"completion_tokens":2}}"#,
+        r#"{"id":"x","model":"m","choices":[{"index":0,"text":"a","logprobs":{"tokens":["a"],"token_logprobs":[-0.5],"top_logprobs":[{"a":-0.5}],"text_offset":[0]}}],"usage":{}}"#,
+        " { \"id\" : \"x\" ,\n \"model\":\"m\",\t\"choices\" : [ { \"index\" : 0 , \"text\" : \"a\" , \"finish_reason\" : \"weird\" } ] , \"extra\": {\"n\": [1.5e-3, -0, true, false, null, {}, []]} , \"usage\" : { \"completion_tokens\" : 18446744073709551615 } } \n",
+        r#"{"choices":[]}"#,
+        r#"{"object":"text_completion","choices":[{"text":"\t","stop_reason":[1,{"a":"b"}]}],"usage":{"prompt_tokens":0,"completion_tokens":0,"prompt_tokens_details":{"cached_tokens":null,"audio_tokens":0}}}"#,
+    ];
+
+    /// Chat responses as servers send them.
+    const CHAT: &[&str] = &[
+        r#"{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"Hi \"there\"\n","refusal":null,"tool_calls":[],"reasoning_content":null},"logprobs":null,"finish_reason":"stop","stop_reason":null,"token_ids":[1,2,3]}],"usage":{"prompt_tokens":9,"total_tokens":12,"completion_tokens":3,"prompt_tokens_details":null},"prompt_logprobs":null}"#,
+        r#"{"id":"c","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"t","type":"function","function":{"name":"f","arguments":"{\"a\":1}"}}]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":3,"completion_tokens":7}}"#,
+        r#"{"id":"c","model":"m","choices":[{"index":0,"message":{},"logprobs":{"content":[{"token":"a","logprob":-0.25,"bytes":[97],"top_logprobs":[]}]},"finish_reason":"length"}]}"#,
+    ];
+
+    /// Responses the fast reader must leave to serde (which may take or refuse them).
+    const DEFERRED: &[&str] = &[
+        r#"{"id":"a","id":"b","choices":[]}"#,
+        r#"{"choices":[],"choices":[]}"#,
+        r#"{"choices":[{"index":0,"index":1}]}"#,
+        r#"{"choices":[{"text":"a","text":"b"}]}"#,
+        r#"{"i\u0064":"x","choices":[]}"#,
+        r#"{"choices":[{"index":-1}]}"#,
+        r#"{"choices":[{"index":1.0}]}"#,
+        r#"{"choices":[{"text":null}]}"#,
+        r#"{"choices":[{"text":"\ud800"}]}"#,
+        r#"{"choices":[{"text":"\udc00"}]}"#,
+        r#"{"choices":[{"text":"\ud800\u0041"}]}"#,
+        r#"{"choices":[{"stop_reason":1e400}]}"#,
+        r#"{"choices":[{"logprobs":{"x":"\ud800"}}]}"#,
+        r#"{"choices":[{"token_ids":[1,-2],"prompt_token_ids":[1]}]}"#,
+        r#"{"choices":[{"token_ids":[4294967296]}]}"#,
+        r#"{"choices":[],"usage":{"prompt_tokens":-1}}"#,
+        r#"{"choices":[],"usage":{"prompt_tokens":1.0}}"#,
+        r#"{"choices":[],"usage":{"prompt_tokens":18446744073709551616}}"#,
+        r#"{"choices":[],"usage":{"prompt_tokens_details":{"cached_tokens":-1}}}"#,
+        r#"{"choices":[],"usage":[1,2]}"#,
+        r#"{"id":null,"choices":[]}"#,
+        r#"{"model":"m"}"#,
+        r#"{"choices":null}"#,
+        r#"{"choices":[[0,"text"]]}"#,
+        r#"["id","model",[]]"#,
+        r#"{"choices":[]} x"#,
+        r#"{"choices":[],}"#,
+        r#"{"choices":[{"text":"a	tab"}]}"#,
+        r#"{"choices":[{"text":"\x"}]}"#,
+        r#"{"object":"error","message":"boom","type":"BadRequestError","code":400}"#,
+        "",
+    ];
+
+    /// Chat responses the fast reader must leave to serde.
+    const CHAT_DEFERRED: &[&str] = &[
+        r#"{"choices":[{"index":0,"finish_reason":"stop"}]}"#,
+        r#"{"choices":[{"message":null}]}"#,
+        r#"{"choices":[{"message":{"content":1}}]}"#,
+        r#"{"choices":[{"message":{"content":"a","content":"b"}}]}"#,
+    ];
+
+    /// What serde's path gives: the response decoded, then counted.
+    fn serde(text: &str, chat: bool) -> Option<Counts> {
+        let resp = match chat {
+            false => completions::decode_response(text.as_bytes()),
+            true => chat::decode_response(text.as_bytes()),
+        };
+        resp.ok().map(Counts::of)
+    }
+
+    #[test]
+    fn common_responses_are_read_fast_and_as_serde_reads_them() {
+        let cases = COMPLETIONS.iter().map(|t| (t, false));
+        for (text, chat) in cases.chain(CHAT.iter().map(|t| (t, true))) {
+            let fast = counts(text, chat);
+            assert!(fast.is_some(), "not read fast: {text}");
+            assert_eq!(fast, serde(text, chat), "{text}");
+        }
+        let first = counts(COMPLETIONS[0], false).unwrap();
+        assert_eq!((first.prompt_tokens, first.completion_tokens), (4, 16));
+        assert_eq!(first.finish, Some("length"));
+        // Without usage, each choice's token ids count.
+        let ids = counts(COMPLETIONS[2], false).unwrap();
+        assert_eq!((ids.prompt_tokens, ids.completion_tokens), (4, 4));
+        assert_eq!(ids.finish, Some("abort"));
+    }
+
+    #[test]
+    fn what_it_is_not_sure_of_goes_to_serde() {
+        for text in DEFERRED {
+            assert_eq!(counts(text, false), None, "{text}");
+            assert_eq!(counts(text, true), None, "{text}");
+        }
+        for text in CHAT_DEFERRED {
+            assert_eq!(counts(text, true), None, "{text}");
+        }
+    }
+
+    /// One to three random edits of `text` with JSON's own characters, if still UTF-8.
+    fn mangle(rng: &mut StdRng, text: &str) -> Option<String> {
+        const ALPHABET: &[u8] = b"{}[]\":,\\ -.0123456789eEnulltruefalsxu\n\tDd";
+        let mut bytes = text.as_bytes().to_vec();
+        for _ in 0..rng.random_range(1..4) {
+            let at = rng.random_range(0..=bytes.len());
+            let byte = ALPHABET[rng.random_range(0..ALPHABET.len())];
+            match rng.random_range(0..3) {
+                0 if at < bytes.len() => drop(bytes.remove(at)),
+                1 if at < bytes.len() => bytes[at] = byte,
+                _ => bytes.insert(at, byte),
+            }
+        }
+        String::from_utf8(bytes).ok()
+    }
+
+    #[test]
+    fn mangled_responses_are_never_read_otherwise_than_serde_would() {
+        // Bounded: 40,000 random edits of the corpus, each read as both endpoints' shape.
+        let mut rng = StdRng::seed_from_u64(12);
+        let corpus: Vec<&str> = [COMPLETIONS, CHAT, DEFERRED, CHAT_DEFERRED].concat();
+        let mut read_fast = 0;
+        for _ in 0..40_000 {
+            let pick = corpus[rng.random_range(0..corpus.len())];
+            let Some(text) = mangle(&mut rng, pick) else {
+                continue;
+            };
+            for chat in [false, true] {
+                if let Some(fast) = counts(&text, chat) {
+                    read_fast += 1;
+                    assert_eq!(Some(fast), serde(&text, chat), "chat {chat}: {text}");
+                }
+            }
+        }
+        assert!(read_fast > 5_000, "only {read_fast} edits were read fast");
+    }
+}

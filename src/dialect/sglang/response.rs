@@ -61,6 +61,45 @@ pub struct MetaInfo {
     prompt_tokens: u64,
 }
 
+impl MetaInfo {
+    /// This as serde_json writes it (the derive's order and skips), written directly: serde
+    /// escaped every key again at every event of a stream. The values that are not plain
+    /// numbers go through serde_json still.
+    pub fn write_json(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(b"{\"cached_tokens\":");
+        json(out, &self.cached_tokens);
+        out.extend_from_slice(b",\"completion_tokens\":");
+        json(out, &self.completion_tokens);
+        if let Some(l) = self.e2e_latency {
+            out.extend_from_slice(b",\"e2e_latency\":");
+            json(out, &l);
+        }
+        out.extend_from_slice(b",\"finish_reason\":");
+        json(out, &self.finish_reason);
+        out.extend_from_slice(b",\"id\":");
+        json(out, &self.id);
+        let logprobs: [(&[u8], &Option<Value>); 3] = [
+            (b",\"input_token_logprobs\":", &self.input_token_logprobs),
+            (b",\"output_token_logprobs\":", &self.output_token_logprobs),
+            (b",\"output_top_logprobs\":", &self.output_top_logprobs),
+        ];
+        for (key, v) in logprobs {
+            if let Some(v) = v {
+                out.extend_from_slice(key);
+                json(out, v);
+            }
+        }
+        out.extend_from_slice(b",\"prompt_tokens\":");
+        json(out, &self.prompt_tokens);
+        out.push(b'}');
+    }
+}
+
+/// `v` as serde_json writes it; into a `Vec`, numbers, strings and JSON values cannot fail.
+fn json<T: Serialize + ?Sized>(out: &mut Vec<u8>, v: &T) {
+    let _ = serde_json::to_writer(&mut *out, v);
+}
+
 pub fn meta_info(ctx: &Ctx, c: &Choice, usage: Usage, finished: bool) -> MetaInfo {
     let last_id = c.token_ids.as_ref().and_then(|ids| ids.last().copied());
     let logprobs = ctx
@@ -218,5 +257,70 @@ fn item_choice(index: usize, it: ItemWire) -> Choice {
             completion_tokens: m.completion_tokens,
             cached_tokens: m.cached_tokens,
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dialect::Dialect;
+    use crate::model::TokenLogprob;
+
+    #[test]
+    fn meta_info_is_written_as_serde_json_writes_it() {
+        let finishes = [
+            None,
+            Some(Finish::Eos(None)),
+            Some(Finish::Eos(Some(2))),
+            Some(Finish::StopString("\"end\"\n\\ é".into())),
+            Some(Finish::StopToken(13)),
+            Some(Finish::Stop),
+            Some(Finish::Length),
+            Some(Finish::Abort("a \u{1} b".into())),
+        ];
+        let bodies: [&[u8]; 3] = [
+            br#"{"text": "a"}"#,
+            br#"{"text": "a", "sampling_params": {"n": 2}}"#,
+            br#"{"text": "a", "return_logprob": true, "top_logprobs_num": 1}"#,
+        ];
+        let lp = TokenLogprob {
+            token: Some("a\"b".into()),
+            token_id: Some(5),
+            logprob: -0.5,
+            top: vec![(Some("x\\".into()), Some(1), -1.25)],
+        };
+        let (mut checked, mut with_logprobs) = (0, 0);
+        for body in bodies {
+            let req = Dialect::Sglang.decode_request(body).unwrap();
+            let ctx = Ctx::new(&req, "rid-\"q\"\t\u{7f}😀".into(), "m".into());
+            for finish in &finishes {
+                for (index, finished, cached) in [(0, false, None), (1, true, Some(3))] {
+                    let choice = Choice {
+                        index,
+                        text: "t".into(),
+                        token_ids: Some(vec![4, 9]),
+                        logprobs: Some(vec![lp.clone()]),
+                        finish: finish.clone(),
+                        ..Choice::default()
+                    };
+                    let usage = Usage {
+                        prompt_tokens: 7,
+                        completion_tokens: 2,
+                        cached_tokens: cached,
+                    };
+                    let meta = meta_info(&ctx, &choice, usage, finished);
+                    let mut got = Vec::new();
+                    meta.write_json(&mut got);
+                    let want = serde_json::to_vec(&meta).unwrap();
+                    assert_eq!(
+                        String::from_utf8_lossy(&got),
+                        String::from_utf8_lossy(&want)
+                    );
+                    checked += 1;
+                    with_logprobs += usize::from(want.windows(13).any(|w| w == b"top_logprobs\""));
+                }
+            }
+        }
+        assert_eq!((checked, with_logprobs), (48, 16));
     }
 }

@@ -22,8 +22,8 @@ pub struct Encoder {
     deferred: Vec<u32>,
     /// Per choice, its cumulative text and ids as written (see `Written`).
     written: Vec<Written>,
-    /// Where `meta_info` is serialized before it is copied out (a `Vec` writes serde's
-    /// small pieces cheaper than `BytesMut`'s `io::Write` adapter).
+    /// Where `meta_info` is written before it is copied out (a `Vec` takes serde's small
+    /// pieces cheaper than `BytesMut`'s `io::Write` adapter).
     scratch: Vec<u8>,
 }
 
@@ -58,11 +58,9 @@ fn write_event(
         out.put_slice(b"]");
     }
     scratch.clear();
-    // A struct of numbers, strings and JSON values: serializing it cannot fail.
-    if serde_json::to_writer(&mut *scratch, meta).is_ok() {
-        out.put_slice(b",\"meta_info\":");
-        out.put_slice(scratch);
-    }
+    meta.write_json(scratch);
+    out.put_slice(b",\"meta_info\":");
+    out.put_slice(scratch);
     if let Some(i) = index {
         out.put_slice(b",\"index\":");
         out.put_slice(itoa(i, scratch));

@@ -118,6 +118,12 @@ async fn closes(s: &mut TcpStream, buf: &mut Vec<u8>) -> bool {
     tokio::time::timeout(BOUND, read).await.is_ok()
 }
 
+/// A completion answered in full: 200 and a text.
+fn completed(head: &str, body: &[u8]) {
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    assert!(!completion_text(body).is_empty());
+}
+
 fn completion_text(body: &[u8]) -> String {
     let v: serde_json::Value = serde_json::from_slice(body).unwrap();
     v["choices"][0]["text"].as_str().unwrap().to_string()
@@ -159,8 +165,7 @@ async fn a_body_after_its_head_or_chunked_is_read_whole() {
     s.write_all(&body.as_bytes()[10..]).await.unwrap();
     let mut buf = Vec::new();
     let (h, b) = response(&mut s, &mut buf).await;
-    assert!(h.starts_with("http/1.1 200"), "{h}");
-    assert!(!completion_text(&b).is_empty());
+    completed(&h, &b);
 
     // The same body in two chunks, on the same connection.
     let (a, b) = BODY.split_at(7);
@@ -171,8 +176,7 @@ async fn a_body_after_its_head_or_chunked_is_read_whole() {
     );
     s.write_all(chunked.as_bytes()).await.unwrap();
     let (h, b) = response(&mut s, &mut buf).await;
-    assert!(h.starts_with("http/1.1 200"), "{h}");
-    assert!(!completion_text(&b).is_empty());
+    completed(&h, &b);
 }
 
 #[tokio::test]
@@ -189,8 +193,7 @@ async fn expect_100_continue_is_answered_before_the_body_is_sent() {
     assert_eq!(interim, "http/1.1 100 continue\r\n\r\n");
     s.write_all(BODY.as_bytes()).await.unwrap();
     let (h, b) = response(&mut s, &mut buf).await;
-    assert!(h.starts_with("http/1.1 200"), "{h}");
-    assert!(!completion_text(&b).is_empty());
+    completed(&h, &b);
 }
 
 #[tokio::test]

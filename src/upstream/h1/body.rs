@@ -76,29 +76,20 @@ impl http_body::Body for Body {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         let this = self.get_mut();
-        loop {
-            let Some(conn) = this.conn.as_mut() else {
+        let Some(conn) = this.conn.as_mut() else {
+            return Poll::Ready(None);
+        };
+        let e = match ready!(poll_piece(&conn.io, &mut conn.buf, &mut this.framing, cx)) {
+            Piece::Data(d) => return Poll::Ready(Some(Ok(Frame::data(d)))),
+            Piece::End => {
+                this.finish();
                 return Poll::Ready(None);
-            };
-            match this.framing.decode(&mut conn.buf) {
-                Err(e) => return this.fail(BodyError::Framing(e)),
-                Ok(Step::Data(d)) => return Poll::Ready(Some(Ok(Frame::data(d)))),
-                Ok(Step::Done) => {
-                    this.finish();
-                    return Poll::Ready(None);
-                }
-                Ok(Step::NeedMore) => {}
             }
-            match ready!(poll_fill(&conn.io, &mut conn.buf, cx)) {
-                Ok(0) if this.framing.ends_at_close() => {
-                    this.conn = None;
-                    return Poll::Ready(None);
-                }
-                Ok(0) => return this.fail(BodyError::Closed),
-                Ok(_) => {}
-                Err(e) => return this.fail(BodyError::Io(e)),
-            }
-        }
+            Piece::Closed => BodyError::Closed,
+            Piece::Io(e) => BodyError::Io(e),
+            Piece::Malformed(e) => BodyError::Framing(e),
+        };
+        this.fail(e)
     }
 
     fn is_end_stream(&self) -> bool {
@@ -110,6 +101,42 @@ impl http_body::Body for Body {
             (None, _) => SizeHint::with_exact(0),
             (Some(_), Framing::Length(n)) => SizeHint::with_exact(n),
             _ => SizeHint::default(),
+        }
+    }
+}
+
+/// How the next piece of a framed body came off the socket.
+pub(crate) enum Piece {
+    Data(Bytes),
+    /// The body ended (by its framing, or by a close that its framing ends at).
+    End,
+    /// The peer closed before the body's end.
+    Closed,
+    Io(io::Error),
+    Malformed(&'static str),
+}
+
+/// The next piece of a body framed by `framing`: from `buf` if it holds some, else read from
+/// `io`. Both ends of lingo's HTTP/1 read bodies this way (responses from upstreams, requests
+/// from clients).
+pub(crate) fn poll_piece(
+    io: &TcpStream,
+    buf: &mut BytesMut,
+    framing: &mut Framing,
+    cx: &mut Context<'_>,
+) -> Poll<Piece> {
+    loop {
+        match framing.decode(buf) {
+            Err(e) => return Poll::Ready(Piece::Malformed(e)),
+            Ok(Step::Data(d)) => return Poll::Ready(Piece::Data(d)),
+            Ok(Step::Done) => return Poll::Ready(Piece::End),
+            Ok(Step::NeedMore) => {}
+        }
+        match ready!(poll_fill(io, buf, cx)) {
+            Ok(0) if framing.ends_at_close() => return Poll::Ready(Piece::End),
+            Ok(0) => return Poll::Ready(Piece::Closed),
+            Ok(_) => {}
+            Err(e) => return Poll::Ready(Piece::Io(e)),
         }
     }
 }

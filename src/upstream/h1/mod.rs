@@ -19,8 +19,8 @@ use bytes::BytesMut;
 use http::{HeaderMap, StatusCode};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-pub(crate) use body::poll_fill;
 pub use body::Body;
+pub(crate) use body::{poll_fill, poll_piece, Piece};
 pub use head::encode as encode_head;
 pub(crate) use head::{has_token, parse_length, trim};
 pub use pool::Pool;

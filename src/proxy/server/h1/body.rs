@@ -10,8 +10,8 @@ use bytes::{Bytes, BytesMut};
 use http_body::{Frame, SizeHint};
 use tokio::net::TcpStream;
 
-use crate::upstream::h1::framing::{Framing, Step};
-use crate::upstream::h1::poll_fill;
+use crate::upstream::h1::framing::Framing;
+use crate::upstream::h1::{poll_piece, Piece};
 
 #[derive(Debug, thiserror::Error)]
 pub enum BodyError {
@@ -72,31 +72,26 @@ impl http_body::Body for Body {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         let this = self.get_mut();
-        loop {
-            let Some(buf) = this.buf.as_mut() else {
+        let Some(buf) = this.buf.as_mut() else {
+            return Poll::Ready(None);
+        };
+        let e = match ready!(poll_piece(&this.io, buf, &mut this.framing, cx)) {
+            // A copy of its own: the handler keeps the body while the answer streams, and a
+            // slice would keep the connection's whole read buffer with it.
+            Piece::Data(d) => {
+                return Poll::Ready(Some(Ok(Frame::data(Bytes::copy_from_slice(&d)))))
+            }
+            Piece::End => {
+                if let Some(buf) = this.buf.take() {
+                    this.rest.put(buf);
+                }
                 return Poll::Ready(None);
-            };
-            match this.framing.decode(buf) {
-                Err(e) => return this.fail(BodyError::Framing(e)),
-                // A copy of its own: the handler keeps the body while the answer streams,
-                // and a slice would keep the connection's whole read buffer with it.
-                Ok(Step::Data(d)) => {
-                    return Poll::Ready(Some(Ok(Frame::data(Bytes::copy_from_slice(&d)))))
-                }
-                Ok(Step::Done) => {
-                    if let Some(buf) = this.buf.take() {
-                        this.rest.put(buf);
-                    }
-                    return Poll::Ready(None);
-                }
-                Ok(Step::NeedMore) => {}
             }
-            match ready!(poll_fill(&this.io, buf, cx)) {
-                Ok(0) => return this.fail(BodyError::Closed),
-                Ok(_) => {}
-                Err(e) => return this.fail(BodyError::Io(e)),
-            }
-        }
+            Piece::Closed => BodyError::Closed,
+            Piece::Io(e) => BodyError::Io(e),
+            Piece::Malformed(e) => BodyError::Framing(e),
+        };
+        this.fail(e)
     }
 
     fn is_end_stream(&self) -> bool {

@@ -31,14 +31,7 @@ fn config(upstream: &str, header: Duration, idle: Duration) -> Config {
 
 /// lingo's own server (not `app`), in this process.
 async fn lingo(config: Config) -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(lingo::proxy::serve(
-        listener,
-        config,
-        std::future::pending(),
-    ));
-    addr
+    common::serving(config).await
 }
 
 /// Read until lingo closes the connection; what it sent before (`None`: not closed in time).

@@ -6,7 +6,7 @@
 
 mod common;
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -55,16 +55,7 @@ async fn mocks_on_one_port(lasts: &[u8]) -> (u16, Vec<Arc<MockState>>) {
 
 /// lingo through `serve`, which starts discovery (as `lingo serve` does).
 async fn lingo_serving(config: Config) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr: SocketAddr = listener.local_addr().unwrap();
-    tokio::spawn(lingo::proxy::serve(
-        listener,
-        config,
-        std::future::pending(),
-    ));
-    // `serve` warms up (first lookups, kind probes) before it accepts; until then a
-    // request waits in the listener's backlog.
-    format!("http://{addr}")
+    format!("http://{}", common::serving(config).await)
 }
 
 /// One round-robin pool of `dns://NAME:port`, resolved and probed every so many ms.

@@ -23,13 +23,7 @@ const BODY: &str = r#"{"model":"mock-model","prompt":"a b","max_tokens":2}"#;
 async fn lingo() -> (common::Mock, SocketAddr) {
     let mock = common::mock(MockKind::Vllm).await;
     let config = common::config_for(&mock.url(), KindSetting::Vllm);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(lingo::proxy::serve(
-        listener,
-        config,
-        std::future::pending(),
-    ));
+    let addr = common::serving(config).await;
     (mock, addr)
 }
 
@@ -269,13 +263,7 @@ async fn a_413_reaches_a_client_still_sending_its_body() {
     let mock = common::mock(MockKind::Vllm).await;
     let mut config = common::config_for(&mock.url(), KindSetting::Vllm);
     config.limits.max_request_body = 1024;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(lingo::proxy::serve(
-        listener,
-        config,
-        std::future::pending(),
-    ));
+    let addr = common::serving(config).await;
     let total = 4 << 20;
     let s = TcpStream::connect(addr).await.unwrap();
     let (mut r, mut w) = s.into_split();

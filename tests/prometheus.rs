@@ -632,13 +632,7 @@ async fn vllm_dashboard_queries_answer_through_lingo_alone() {
     config.validate().unwrap();
     // Through `serve`, as `lingo serve` runs: its warm-up reads the model lists and starts
     // the probes and load polls before the first request.
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let target: SocketAddr = listener.local_addr().unwrap();
-    tokio::spawn(lingo::proxy::serve(
-        listener,
-        config,
-        std::future::pending(),
-    ));
+    let target = common::serving(config).await;
     let base = format!("http://{target}");
     let prometheus = Prometheus::start(binary, target).await;
     prometheus.wait_for_scrapes(unix_now(), 1).await;

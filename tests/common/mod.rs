@@ -61,6 +61,20 @@ pub async fn lingo(config: Config) -> String {
     format!("http://{addr}")
 }
 
+/// Start lingo as `lingo serve` runs it (its own accept loop, connections and warm-up, not
+/// `app` under axum's server); returns its address. Until the warm-up is done a request
+/// waits in the listener's backlog.
+pub async fn serving(config: Config) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(lingo::proxy::serve(
+        listener,
+        config,
+        std::future::pending(),
+    ));
+    addr
+}
+
 pub fn kind_setting(kind: MockKind) -> KindSetting {
     match kind {
         MockKind::Vllm => KindSetting::Vllm,

@@ -257,37 +257,31 @@ impl<'a> Cursor<'a> {
 
     /// Step over one well-formed value, as serde steps over a field it ignores.
     pub(super) fn skip_value(&mut self, depth: usize) -> Sure<()> {
-        if depth > MAX_DEPTH {
-            return None;
-        }
-        match self.peek()? {
-            b'"' => self.skip_string(),
-            b'{' => self.object(|c, _| c.skip_value(depth + 1)),
-            b'[' => self.array(|c| c.skip_value(depth + 1)).map(drop),
-            b't' => self.literal(b"true"),
-            b'f' => self.literal(b"false"),
-            b'n' => self.literal(b"null"),
-            b'-' | b'0'..=b'9' => self.skip_number().map(drop),
-            _ => None,
-        }
+        self.walk_value(depth, false)
     }
 
     /// Step over one value that serde would read into a `Value` without error: as
     /// `skip_value`, but its strings must make characters and its numbers finite floats.
     pub(super) fn check_value(&mut self, depth: usize) -> Sure<()> {
+        self.walk_value(depth, true)
+    }
+
+    /// `skip_value` (not `strict`) or `check_value` (`strict`).
+    fn walk_value(&mut self, depth: usize, strict: bool) -> Sure<()> {
         if depth > MAX_DEPTH {
             return None;
         }
         match self.peek()? {
-            b'"' => self.check_string(),
-            b'{' => self.object(|c, _| c.check_value(depth + 1)),
-            b'[' => self.array(|c| c.check_value(depth + 1)).map(drop),
+            b'"' if strict => self.check_string(),
+            b'"' => self.skip_string(),
+            b'{' => self.object(|c, _| c.walk_value(depth + 1, strict)),
+            b'[' => self.array(|c| c.walk_value(depth + 1, strict)).map(drop),
             b't' => self.literal(b"true"),
             b'f' => self.literal(b"false"),
             b'n' => self.literal(b"null"),
             b'-' | b'0'..=b'9' => {
                 let (int_digits, exponent) = self.skip_number()?;
-                (int_digits <= MAX_INT_DIGITS && !exponent).then_some(())
+                (!strict || (int_digits <= MAX_INT_DIGITS && !exponent)).then_some(())
             }
             _ => None,
         }
@@ -400,6 +394,24 @@ impl<'a> Cursor<'a> {
         self.digits();
         (self.at > start).then_some(())
     }
+}
+
+/// One to three random edits of `text` with bytes of `alphabet`, if still UTF-8: the fast
+/// readers' tests compare what they make of the result with serde's.
+#[cfg(test)]
+pub(super) fn mangle(rng: &mut rand::rngs::StdRng, text: &str, alphabet: &[u8]) -> Option<String> {
+    use rand::Rng;
+    let mut bytes = text.as_bytes().to_vec();
+    for _ in 0..rng.random_range(1..4) {
+        let at = rng.random_range(0..=bytes.len());
+        let byte = alphabet[rng.random_range(0..alphabet.len())];
+        match rng.random_range(0..3) {
+            0 if at < bytes.len() => drop(bytes.remove(at)),
+            1 if at < bytes.len() => bytes[at] = byte,
+            _ => bytes.insert(at, byte),
+        }
+    }
+    String::from_utf8(bytes).ok()
 }
 
 #[cfg(test)]

@@ -179,6 +179,8 @@ fn delta<'a>(c: &mut Cursor<'a>) -> Sure<DeltaWire<'a>> {
 #[cfg(test)]
 mod tests {
     use rand::rngs::StdRng;
+
+    use crate::dialect::openai::cursor::mangle;
     use rand::{Rng, SeedableRng};
 
     use super::*;
@@ -279,7 +281,7 @@ mod tests {
         let mut reused = 0;
         for _ in 0..40_000 {
             let first = COMMON[rng.random_range(0..COMMON.len())];
-            let Some(next) = mangle(&mut rng, first) else {
+            let Some(next) = mangle(&mut rng, first, JSON_BYTES) else {
                 continue;
             };
             let mut head = Head::default();
@@ -293,21 +295,8 @@ mod tests {
         assert!(reused > 1_000, "only {reused} reused a head");
     }
 
-    /// One to three random edits of `text` with JSON's own characters, if still UTF-8.
-    fn mangle(rng: &mut StdRng, text: &str) -> Option<String> {
-        const ALPHABET: &[u8] = b"{}[]\":,\\ -.0123456789eEnulltruefalsxu\n\t";
-        let mut bytes = text.as_bytes().to_vec();
-        for _ in 0..rng.random_range(1..4) {
-            let at = rng.random_range(0..=bytes.len());
-            let byte = ALPHABET[rng.random_range(0..ALPHABET.len())];
-            match rng.random_range(0..3) {
-                0 if at < bytes.len() => drop(bytes.remove(at)),
-                1 if at < bytes.len() => bytes[at] = byte,
-                _ => bytes.insert(at, byte),
-            }
-        }
-        String::from_utf8(bytes).ok()
-    }
+    /// JSON's own characters, for `cursor::mangle`'s edits.
+    const JSON_BYTES: &[u8] = b"{}[]\":,\\ -.0123456789eEnulltruefalsxu\n\t";
 
     #[test]
     fn mangled_events_are_never_read_otherwise_than_serde_would() {
@@ -317,7 +306,7 @@ mod tests {
         let mut read_fast = 0;
         for _ in 0..40_000 {
             let pick = corpus[rng.random_range(0..corpus.len())];
-            let Some(text) = mangle(&mut rng, pick) else {
+            let Some(text) = mangle(&mut rng, pick, JSON_BYTES) else {
                 continue;
             };
             if let Some(fast) = chunk(&text) {

@@ -159,6 +159,8 @@ fn details(c: &mut Cursor<'_>) -> Sure<()> {
 #[cfg(test)]
 mod tests {
     use rand::rngs::StdRng;
+
+    use crate::dialect::openai::cursor::mangle;
     use rand::{Rng, SeedableRng};
 
     use super::*;
@@ -264,21 +266,8 @@ mod tests {
         }
     }
 
-    /// One to three random edits of `text` with JSON's own characters, if still UTF-8.
-    fn mangle(rng: &mut StdRng, text: &str) -> Option<String> {
-        const ALPHABET: &[u8] = b"{}[]\":,\\ -.0123456789eEnulltruefalsxu\n\tDd";
-        let mut bytes = text.as_bytes().to_vec();
-        for _ in 0..rng.random_range(1..4) {
-            let at = rng.random_range(0..=bytes.len());
-            let byte = ALPHABET[rng.random_range(0..ALPHABET.len())];
-            match rng.random_range(0..3) {
-                0 if at < bytes.len() => drop(bytes.remove(at)),
-                1 if at < bytes.len() => bytes[at] = byte,
-                _ => bytes.insert(at, byte),
-            }
-        }
-        String::from_utf8(bytes).ok()
-    }
+    /// JSON's own characters, for `cursor::mangle`'s edits.
+    const JSON_BYTES: &[u8] = b"{}[]\":,\\ -.0123456789eEnulltruefalsxu\n\tDd";
 
     #[test]
     fn mangled_responses_are_never_read_otherwise_than_serde_would() {
@@ -288,7 +277,7 @@ mod tests {
         let mut read_fast = 0;
         for _ in 0..40_000 {
             let pick = corpus[rng.random_range(0..corpus.len())];
-            let Some(text) = mangle(&mut rng, pick) else {
+            let Some(text) = mangle(&mut rng, pick, JSON_BYTES) else {
                 continue;
             };
             for chat in [false, true] {

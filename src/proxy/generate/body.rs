@@ -11,7 +11,8 @@ use http::header;
 use super::AppState;
 use crate::error::{ProxyError, Timer};
 
-/// Bodies up to this size may share hyper's read buffer (its first read is 8 KiB).
+/// Bodies up to this size may share a connection's read buffer (hyper's first read for
+/// HTTP/2, lingo's own for HTTP/1, are up to 8 KiB).
 const SHARED_BODY: usize = 8 << 10;
 
 /// The body, or why there is none; the handler turns the error into its dialect's shape.
@@ -40,10 +41,10 @@ async fn read(req: Request, limit: usize) -> Result<Bytes, ProxyError> {
     let body = axum::body::to_bytes(req.into_body(), limit)
         .await
         .map_err(|e| classify(&e, limit))?;
-    // A small body that came in one read with its head is a slice of hyper's 8 KiB read
+    // A small body that came in one read with its head is a slice of the connection's read
     // buffer, and lingo keeps the body (for failover) for as long as the answer streams:
-    // a copy of its own lets the buffer be reused for the connection's next read instead
-    // of hyper taking a second one, 8 KiB less per in-flight stream.
+    // a copy of its own lets that buffer go (or be reused for the next read) instead of
+    // being held, head and all, per in-flight stream.
     let body = match body.len() <= SHARED_BODY {
         true => Bytes::copy_from_slice(&body),
         false => body,

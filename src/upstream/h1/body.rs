@@ -79,17 +79,14 @@ impl http_body::Body for Body {
         let Some(conn) = this.conn.as_mut() else {
             return Poll::Ready(None);
         };
-        let e = match ready!(poll_piece(&conn.io, &mut conn.buf, &mut this.framing, cx)) {
-            Piece::Data(d) => return Poll::Ready(Some(Ok(Frame::data(d)))),
-            Piece::End => {
+        match ready!(poll_piece(&conn.io, &mut conn.buf, &mut this.framing, cx)) {
+            Ok(Some(d)) => Poll::Ready(Some(Ok(Frame::data(d)))),
+            Ok(None) => {
                 this.finish();
-                return Poll::Ready(None);
+                Poll::Ready(None)
             }
-            Piece::Closed => BodyError::Closed,
-            Piece::Io(e) => BodyError::Io(e),
-            Piece::Malformed(e) => BodyError::Framing(e),
-        };
-        this.fail(e)
+            Err(f) => this.fail(f.into()),
+        }
     }
 
     fn is_end_stream(&self) -> bool {
@@ -97,46 +94,53 @@ impl http_body::Body for Body {
     }
 
     fn size_hint(&self) -> SizeHint {
-        match (&self.conn, self.framing) {
-            (None, _) => SizeHint::with_exact(0),
-            (Some(_), Framing::Length(n)) => SizeHint::with_exact(n),
-            _ => SizeHint::default(),
+        match self.conn {
+            None => SizeHint::with_exact(0),
+            Some(_) => self.framing.size_hint(),
         }
     }
 }
 
-/// How the next piece of a framed body came off the socket.
-pub(crate) enum Piece {
-    Data(Bytes),
-    /// The body ended (by its framing, or by a close that its framing ends at).
-    End,
+/// Why a framed body stopped before its end (each side words it as its own error).
+#[derive(Debug)]
+pub(crate) enum Failure {
     /// The peer closed before the body's end.
     Closed,
     Io(io::Error),
     Malformed(&'static str),
 }
 
-/// The next piece of a body framed by `framing`: from `buf` if it holds some, else read from
-/// `io`. Both ends of lingo's HTTP/1 read bodies this way (responses from upstreams, requests
-/// from clients).
+impl From<Failure> for BodyError {
+    fn from(f: Failure) -> BodyError {
+        match f {
+            Failure::Closed => BodyError::Closed,
+            Failure::Io(e) => BodyError::Io(e),
+            Failure::Malformed(e) => BodyError::Framing(e),
+        }
+    }
+}
+
+/// The next piece of a body framed by `framing`, `None` at its end (by its framing, or by a
+/// close its framing ends at): from `buf` if it holds some, else read from `io`. Both ends
+/// of lingo's HTTP/1 read bodies this way (responses from upstreams, requests from clients).
 pub(crate) fn poll_piece(
     io: &TcpStream,
     buf: &mut BytesMut,
     framing: &mut Framing,
     cx: &mut Context<'_>,
-) -> Poll<Piece> {
+) -> Poll<Result<Option<Bytes>, Failure>> {
     loop {
         match framing.decode(buf) {
-            Err(e) => return Poll::Ready(Piece::Malformed(e)),
-            Ok(Step::Data(d)) => return Poll::Ready(Piece::Data(d)),
-            Ok(Step::Done) => return Poll::Ready(Piece::End),
+            Err(e) => return Poll::Ready(Err(Failure::Malformed(e))),
+            Ok(Step::Data(d)) => return Poll::Ready(Ok(Some(d))),
+            Ok(Step::Done) => return Poll::Ready(Ok(None)),
             Ok(Step::NeedMore) => {}
         }
         match ready!(poll_fill(io, buf, cx)) {
-            Ok(0) if framing.ends_at_close() => return Poll::Ready(Piece::End),
-            Ok(0) => return Poll::Ready(Piece::Closed),
+            Ok(0) if framing.ends_at_close() => return Poll::Ready(Ok(None)),
+            Ok(0) => return Poll::Ready(Err(Failure::Closed)),
             Ok(_) => {}
-            Err(e) => return Poll::Ready(Piece::Io(e)),
+            Err(e) => return Poll::Ready(Err(Failure::Io(e))),
         }
     }
 }

@@ -55,6 +55,14 @@ impl Framing {
         }
     }
 
+    /// What is known of the body still to come (a length left includes what is buffered).
+    pub fn size_hint(&self) -> http_body::SizeHint {
+        match *self {
+            Framing::Length(n) => http_body::SizeHint::with_exact(n),
+            _ => http_body::SizeHint::default(),
+        }
+    }
+
     /// Whether the connection closing now ends the body cleanly.
     pub fn ends_at_close(&self) -> bool {
         matches!(self, Framing::Close)

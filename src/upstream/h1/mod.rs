@@ -20,7 +20,7 @@ use http::{HeaderMap, StatusCode};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 pub use body::Body;
-pub(crate) use body::{poll_fill, poll_piece, Piece};
+pub(crate) use body::{poll_fill, poll_piece, Failure};
 pub use head::encode as encode_head;
 pub(crate) use head::{has_token, parse_length, trim};
 pub use pool::Pool;

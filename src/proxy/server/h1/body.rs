@@ -11,7 +11,7 @@ use http_body::{Frame, SizeHint};
 use tokio::net::TcpStream;
 
 use crate::upstream::h1::framing::Framing;
-use crate::upstream::h1::{poll_piece, Piece};
+use crate::upstream::h1::{poll_piece, Failure};
 
 #[derive(Debug, thiserror::Error)]
 pub enum BodyError {
@@ -63,6 +63,16 @@ impl Body {
     }
 }
 
+impl From<Failure> for BodyError {
+    fn from(f: Failure) -> BodyError {
+        match f {
+            Failure::Closed => BodyError::Closed,
+            Failure::Io(e) => BodyError::Io(e),
+            Failure::Malformed(e) => BodyError::Framing(e),
+        }
+    }
+}
+
 impl http_body::Body for Body {
     type Data = Bytes;
     type Error = BodyError;
@@ -75,23 +85,18 @@ impl http_body::Body for Body {
         let Some(buf) = this.buf.as_mut() else {
             return Poll::Ready(None);
         };
-        let e = match ready!(poll_piece(&this.io, buf, &mut this.framing, cx)) {
+        match ready!(poll_piece(&this.io, buf, &mut this.framing, cx)) {
             // A copy of its own: the handler keeps the body while the answer streams, and a
             // slice would keep the connection's whole read buffer with it.
-            Piece::Data(d) => {
-                return Poll::Ready(Some(Ok(Frame::data(Bytes::copy_from_slice(&d)))))
-            }
-            Piece::End => {
+            Ok(Some(d)) => Poll::Ready(Some(Ok(Frame::data(Bytes::copy_from_slice(&d))))),
+            Ok(None) => {
                 if let Some(buf) = this.buf.take() {
                     this.rest.put(buf);
                 }
-                return Poll::Ready(None);
+                Poll::Ready(None)
             }
-            Piece::Closed => BodyError::Closed,
-            Piece::Io(e) => BodyError::Io(e),
-            Piece::Malformed(e) => BodyError::Framing(e),
-        };
-        this.fail(e)
+            Err(f) => this.fail(f.into()),
+        }
     }
 
     fn is_end_stream(&self) -> bool {
@@ -99,11 +104,9 @@ impl http_body::Body for Body {
     }
 
     fn size_hint(&self) -> SizeHint {
-        match (&self.buf, self.framing) {
-            (None, _) => SizeHint::with_exact(0),
-            // What the buffer holds counts too: the length left is all still to be read.
-            (Some(_), Framing::Length(n)) => SizeHint::with_exact(n),
-            _ => SizeHint::default(),
+        match self.buf {
+            None => SizeHint::with_exact(0),
+            Some(_) => self.framing.size_hint(),
         }
     }
 }

@@ -212,13 +212,14 @@ impl Conn {
         })
     }
 
-    /// The request's body: whole already (copied out of the read buffer, which is let go if
-    /// nothing else is in it), or read by the handler as it arrives.
+    /// The request's body: whole already (the read buffer is let go if nothing else is in
+    /// it), or read by the handler as it arrives.
     async fn body(&mut self, head: &Head) -> io::Result<AxumBody> {
         let body = match head.framing {
             Framing::Length(n) if n as usize <= self.buf.len() => {
-                let whole = Bytes::copy_from_slice(&self.buf[..n as usize]);
-                let _ = self.buf.split_to(n as usize);
+                // A slice, not a copy: the generation handlers copy a small body out of it
+                // themselves (`generate::body`), and the others drop theirs at once.
+                let whole = self.buf.split_to(n as usize).freeze();
                 if whole.is_empty() {
                     AxumBody::empty()
                 } else {

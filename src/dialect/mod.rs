@@ -416,7 +416,7 @@ impl Dialect {
         match self {
             Dialect::Sglang => StreamDecoder::Sglang(sglang::stream::Decoder::default()),
             Dialect::OpenaiCompletions | Dialect::OpenaiChat => {
-                StreamDecoder::Openai(openai::stream::Decoder::new(self.is_chat()))
+                StreamDecoder::Openai(Box::new(openai::stream::Decoder::new(self.is_chat())))
             }
             Dialect::Tgi => StreamDecoder::Tgi(tgi::stream::Decoder),
             Dialect::Anthropic => StreamDecoder::Anthropic(anthropic::Decoder::default()),

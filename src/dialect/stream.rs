@@ -89,7 +89,8 @@ pub(crate) fn too_many_choices(index: impl std::fmt::Display) -> ProxyError {
 /// Turns an upstream dialect's frames into canonical events.
 pub enum StreamDecoder {
     Sglang(sglang::stream::Decoder),
-    Openai(openai::stream::Decoder),
+    /// Boxed: it keeps the last event's head and shape (about 330 bytes).
+    Openai(Box<openai::stream::Decoder>),
     Tgi(tgi::stream::Decoder),
     Anthropic(anthropic::Decoder),
     VllmLegacy(vllm_legacy::Decoder),

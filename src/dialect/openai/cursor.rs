@@ -55,7 +55,7 @@ const STOPS: [bool; 256] = {
 /// control character comes first. Eight bytes a step (a byte-wise table walk cost a
 /// response's text and keys about 5 instructions a byte), the rest by the table.
 #[inline]
-fn plain_run(bytes: &[u8]) -> Sure<usize> {
+pub(super) fn plain_run(bytes: &[u8]) -> Sure<usize> {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGH: u64 = 0x8080_8080_8080_8080;
     let mut at = 0;

@@ -13,6 +13,7 @@ pub mod completions;
 mod cursor;
 pub mod error;
 mod scan;
+mod shape;
 pub mod stream;
 mod summary;
 pub mod wire;

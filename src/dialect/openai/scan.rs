@@ -17,7 +17,7 @@ use std::ops::Range;
 
 use super::cursor::{Cursor, Seen, Sure};
 use super::stream::{ChoiceWire, ChunkWire, DeltaWire};
-use super::wire::UsageWire;
+use super::wire::{CachedWire, UsageWire};
 
 /// An event's head: its members before `choices`, when they are only the ones servers
 /// repeat unchanged through a stream (`id`, `object`, `created`, `model`,
@@ -29,6 +29,24 @@ pub(super) struct Head {
     bytes: Vec<u8>,
     id: Option<Range<usize>>,
     model: Option<Range<usize>>,
+    /// Where the last event's changing parts lay, for `Shape` to learn.
+    pub(super) spots: Spots,
+}
+
+/// Where an event's `id` and `model` lie, and its last choice's parts that change from token
+/// to token: its text or delta's content (between the quotes) and its `token_ids` array
+/// (brackets included).
+#[derive(Debug, Default, Clone, PartialEq)]
+pub(super) struct Spots {
+    /// `id` and `model`, when borrowed.
+    pub(super) id: Option<Range<usize>>,
+    pub(super) model: Option<Range<usize>>,
+    pub(super) text: Option<Range<usize>>,
+    pub(super) content: Option<Range<usize>>,
+    pub(super) token_ids: Option<Range<usize>>,
+    /// The event's `usage` object (braces included), which vLLM sends with every event when
+    /// asked for `continuous_usage_stats`.
+    pub(super) usage: Option<Range<usize>>,
 }
 
 /// Where this event's head ended and where its `id` and `model` lie, once `choices` came
@@ -53,6 +71,7 @@ pub(super) fn chunk_after<'a>(text: &'a str, head: &mut Head) -> Option<ChunkWir
         error: None,
     };
     let mut seen = Seen::default();
+    let mut spots = Spots::default();
     let reused = !head.bytes.is_empty() && c.bytes.starts_with(&head.bytes);
     if reused {
         // The head's bytes read as they did: its fields count as given.
@@ -81,12 +100,15 @@ pub(super) fn chunk_after<'a>(text: &'a str, head: &mut Head) -> Option<ChunkWir
                 if plain {
                     end = Some((c.at, id_at.clone(), model_at.clone()));
                 }
-                w.choices = c.array(choice)?;
+                w.choices = c.array(|c| choice(c, &mut spots))?;
             }
             "usage" => {
                 plain = false;
                 seen.first(3)?;
-                w.usage = c.nullable(|c| serde_json::from_str::<UsageWire>(c.raw()?).ok())?;
+                c.ws();
+                let start = c.at;
+                w.usage = c.nullable(usage)?;
+                spots.usage = w.usage.is_some().then_some(start..c.at);
             }
             // An upstream's error: rare, and serde's to read.
             "error" => return None,
@@ -116,16 +138,64 @@ pub(super) fn chunk_after<'a>(text: &'a str, head: &mut Head) -> Option<ChunkWir
         if let Some(r) = head.model.clone() {
             w.model = Cow::Borrowed(&text[r]);
         }
-    } else if let Some((at, id, model)) = end {
-        head.bytes.clear();
-        head.bytes.extend_from_slice(&c.bytes[..at]);
-        head.id = id;
-        head.model = model;
+        (spots.id, spots.model) = (head.id.clone(), head.model.clone());
+    } else {
+        (spots.id, spots.model) = (id_at.clone(), model_at.clone());
+        if let Some((at, id, model)) = end {
+            head.bytes.clear();
+            head.bytes.extend_from_slice(&c.bytes[..at]);
+            head.id = id;
+            head.model = model;
+        }
     }
+    head.spots = spots;
     Some(w)
 }
 
-fn choice<'a>(c: &mut Cursor<'a>) -> Sure<ChoiceWire<'a>> {
+/// `usage` as serde reads a `UsageWire`: each count 0 when absent.
+pub(super) fn usage(c: &mut Cursor<'_>) -> Sure<UsageWire> {
+    let mut seen = Seen::default();
+    let mut u = UsageWire::default();
+    c.object(|c, key| {
+        match key {
+            "prompt_tokens" => u.prompt_tokens = seen.first(0).and_then(|()| c.uint())?,
+            "completion_tokens" => u.completion_tokens = seen.first(1).and_then(|()| c.uint())?,
+            "prompt_tokens_details" => {
+                u.prompt_tokens_details = seen.first(2).and_then(|()| c.nullable(details))?;
+            }
+            _ => c.skip_value(0)?,
+        }
+        Some(())
+    })?;
+    Some(u)
+}
+
+/// `prompt_tokens_details`: its `cached_tokens`, a `u64` or null.
+fn details(c: &mut Cursor<'_>) -> Sure<CachedWire> {
+    let mut seen = Seen::default();
+    let mut d = CachedWire::default();
+    c.object(|c, key| {
+        match key {
+            "cached_tokens" => {
+                d.cached_tokens = seen.first(0).and_then(|()| c.nullable(Cursor::uint))?;
+            }
+            _ => c.skip_value(0)?,
+        }
+        Some(())
+    })?;
+    Some(d)
+}
+
+/// A string and where it lies, when it is borrowed.
+fn located<'a>(c: &mut Cursor<'a>, at: &mut Option<Range<usize>>) -> Sure<Cow<'a, str>> {
+    let (s, range) = c.located_string()?;
+    *at = range;
+    Some(s)
+}
+
+/// One choice; `spots` keeps where its changing parts lie (the last choice's, in the end).
+fn choice<'a>(c: &mut Cursor<'a>, spots: &mut Spots) -> Sure<ChoiceWire<'a>> {
+    *spots = Spots::default();
     let mut ch = ChoiceWire {
         index: 0,
         text: None,
@@ -140,8 +210,14 @@ fn choice<'a>(c: &mut Cursor<'a>) -> Sure<ChoiceWire<'a>> {
     c.object(|c, key| {
         match key {
             "index" => ch.index = seen.first(0).and_then(|()| c.u32())?,
-            "text" => ch.text = seen.first(1).and_then(|()| c.nullable(Cursor::string))?,
-            "delta" => ch.delta = seen.first(2).and_then(|()| c.nullable(delta))?,
+            "text" => {
+                seen.first(1)?;
+                ch.text = c.nullable(|c| located(c, &mut spots.text))?;
+            }
+            "delta" => {
+                seen.first(2)?;
+                ch.delta = c.nullable(|c| delta(c, &mut spots.content))?;
+            }
             "finish_reason" => {
                 ch.finish_reason = seen.first(3).and_then(|()| c.nullable(Cursor::string))?;
             }
@@ -149,7 +225,10 @@ fn choice<'a>(c: &mut Cursor<'a>) -> Sure<ChoiceWire<'a>> {
             "matched_stop" => ch.matched_stop = seen.first(5).and_then(|()| c.value())?,
             "token_ids" => {
                 seen.first(6)?;
+                c.ws();
+                let start = c.at;
                 ch.token_ids = c.nullable(|c| c.array(Cursor::u32))?;
+                spots.token_ids = ch.token_ids.is_some().then_some(start..c.at);
             }
             "logprobs" => ch.logprobs = seen.first(7).and_then(|()| c.value())?,
             _ => c.skip_value(0)?,
@@ -159,7 +238,7 @@ fn choice<'a>(c: &mut Cursor<'a>) -> Sure<ChoiceWire<'a>> {
     Some(ch)
 }
 
-fn delta<'a>(c: &mut Cursor<'a>) -> Sure<DeltaWire<'a>> {
+fn delta<'a>(c: &mut Cursor<'a>, content_at: &mut Option<Range<usize>>) -> Sure<DeltaWire<'a>> {
     let mut d = DeltaWire {
         role: None,
         content: None,
@@ -168,7 +247,10 @@ fn delta<'a>(c: &mut Cursor<'a>) -> Sure<DeltaWire<'a>> {
     c.object(|c, key| {
         match key {
             "role" => d.role = seen.first(0).and_then(|()| c.nullable(Cursor::string))?,
-            "content" => d.content = seen.first(1).and_then(|()| c.nullable(Cursor::string))?,
+            "content" => {
+                seen.first(1)?;
+                d.content = c.nullable(|c| located(c, content_at))?;
+            }
             _ => c.skip_value(0)?,
         }
         Some(())

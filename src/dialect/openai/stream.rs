@@ -7,6 +7,7 @@ use serde_json::Value;
 
 use super::completions_logprobs;
 use super::scan;
+use super::shape::Shape;
 use super::wire::{finish_from_wire, UsageWire};
 use crate::error::ProxyError;
 use crate::model::{Chunk, Event, Usage};
@@ -60,6 +61,8 @@ pub struct Decoder {
     started: bool,
     /// The last event's head, for the fast reader to skip in the next.
     head: scan::Head,
+    /// The last event with only a text in it, for the next that differs only there.
+    shape: Shape,
 }
 
 impl Decoder {
@@ -68,6 +71,7 @@ impl Decoder {
             chat,
             started: false,
             head: scan::Head::default(),
+            shape: Shape::default(),
         }
     }
 
@@ -76,12 +80,8 @@ impl Decoder {
             out.push(Event::Done);
             return Ok(());
         }
-        // The fast reader gives serde's answer when it is sure of it, else serde reads.
-        let head = &mut self.head;
-        let fast = std::str::from_utf8(&frame.data)
-            .ok()
-            .and_then(|text| scan::chunk_after(text, head));
-        let w: ChunkWire = match fast {
+        // The fast readers give serde's answer when they are sure of it, else serde reads.
+        let w: ChunkWire = match self.fast(&frame.data) {
             Some(w) => w,
             None => crate::dialect::json::from_bytes(&frame.data)
                 .map_err(|e| ProxyError::UpstreamProtocol(format!("stream chunk: {e}")))?,
@@ -112,6 +112,17 @@ impl Decoder {
             self.choice(c, usage.filter(|_| single), out);
         }
         Ok(())
+    }
+
+    /// The event as the last one's shape or the fast reader reads it, when either is sure.
+    fn fast<'a>(&mut self, data: &'a [u8]) -> Option<ChunkWire<'a>> {
+        if let Some(w) = self.shape.read(data) {
+            return Some(w);
+        }
+        let text = std::str::from_utf8(data).ok()?;
+        let w = scan::chunk_after(text, &mut self.head)?;
+        self.shape.learn(text, &w, &self.head.spots);
+        Some(w)
     }
 
     fn choice(&self, c: ChoiceWire<'_>, usage: Option<Usage>, out: &mut Vec<Event>) {

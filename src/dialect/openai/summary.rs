@@ -11,6 +11,7 @@
 
 use super::cursor::{Cursor, Seen, Sure};
 use super::finish_from_wire;
+use super::scan;
 use crate::dialect::Counts;
 
 /// What one choice adds: its finish label and, with both token id lists, their lengths.
@@ -47,7 +48,9 @@ pub(crate) fn counts(text: &str, chat: bool) -> Sure<Counts> {
         }
         "usage" => {
             seen.first(3)?;
-            usage = c.nullable(self::usage)?;
+            usage = c
+                .nullable(scan::usage)?
+                .map(|u| (u.prompt_tokens, u.completion_tokens));
             Some(())
         }
         _ => c.skip_value(0),
@@ -123,37 +126,6 @@ fn message(c: &mut Cursor<'_>) -> Sure<()> {
 fn token_ids(c: &mut Cursor<'_>) -> Sure<u64> {
     let ids = c.array(|c| c.u32().map(drop))?;
     Some(ids.len() as u64)
-}
-
-/// `usage`: `(prompt_tokens, completion_tokens)`, each 0 when absent.
-fn usage(c: &mut Cursor<'_>) -> Sure<(u64, u64)> {
-    let mut seen = Seen::default();
-    let (mut prompt, mut completion) = (0, 0);
-    c.object(|c, key| match key {
-        "prompt_tokens" => {
-            prompt = seen.first(0).and_then(|()| c.uint())?;
-            Some(())
-        }
-        "completion_tokens" => {
-            completion = seen.first(1).and_then(|()| c.uint())?;
-            Some(())
-        }
-        "prompt_tokens_details" => seen.first(2).and_then(|()| c.nullable(details)).map(drop),
-        _ => c.skip_value(0),
-    })?;
-    Some((prompt, completion))
-}
-
-/// `prompt_tokens_details`: its `cached_tokens`, if any, must be a `u64` or null.
-fn details(c: &mut Cursor<'_>) -> Sure<()> {
-    let mut seen = Seen::default();
-    c.object(|c, key| match key {
-        "cached_tokens" => seen
-            .first(0)
-            .and_then(|()| c.nullable(Cursor::uint::<u64>))
-            .map(drop),
-        _ => c.skip_value(0),
-    })
 }
 
 #[cfg(test)]

@@ -108,7 +108,18 @@ impl FrameParser {
     }
 
     fn lines(&mut self, mut input: Bytes, out: &mut Vec<Frame>) -> Result<(), EventTooLarge> {
-        while let Some(pos) = memchr::memchr2(b'\n', 0, &input) {
+        loop {
+            if let Some(end) = self.whole_event(&input) {
+                out.push(Frame {
+                    event: None,
+                    data: input.slice(6..end),
+                });
+                input.advance(end + 2);
+                continue;
+            }
+            let Some(pos) = memchr::memchr2(b'\n', 0, &input) else {
+                break;
+            };
             let mut line = input.split_to(pos + 1);
             line.truncate(pos);
             if line.last() == Some(&b'\r') {
@@ -120,6 +131,22 @@ impl FrameParser {
         }
         self.buf.extend_from_slice(&input);
         self.check(self.pending())
+    }
+
+    /// Where the payload ends when `input` starts with a whole `data: payload\n\n` event
+    /// and none is being read: nearly every event of every server, framed with one slice
+    /// instead of line by line. Anything else (CRLF, other fields, an event past the limit)
+    /// goes line by line.
+    fn whole_event(&self, input: &[u8]) -> Option<usize> {
+        let between = matches!(self.data, Data::None) && self.event.is_none();
+        if self.framing != Framing::Sse || !between {
+            return None;
+        }
+        let payload = input.strip_prefix(b"data: ")?;
+        let len = memchr::memchr2(b'\n', 0, payload)?;
+        let ends = payload[len] == b'\n' && payload.get(len + 1) == Some(&b'\n');
+        let plain = !payload[..len].ends_with(b"\r") && len <= self.limit;
+        (ends && plain).then_some(6 + len)
     }
 
     /// Between events: nothing of one is held (no line, no data, no `event:` name).
@@ -344,5 +371,47 @@ mod tests {
     fn ndjson_lines_and_nul() {
         let got = frames(Framing::Ndjson, &["{\"a\":1}\n{\"b\"", ":2}\0\n{\"c\":3}"]);
         assert_eq!(got, vec!["{\"a\":1}", "{\"b\":2}", "{\"c\":3}"]);
+    }
+
+    #[test]
+    fn whole_events_frame_as_they_do_line_by_line() {
+        use rand::rngs::StdRng;
+        use rand::{Rng, SeedableRng};
+        // Bounded: 3,000 random streams, each fed whole and in random pieces, against the
+        // same fed a byte at a time (which never holds a whole event: line by line).
+        const LINES: &[&str] = &[
+            "data: {\"a\":1}",
+            "data: ",
+            "data:x",
+            "data:  two spaces",
+            "event: e",
+            ": ping",
+            "",
+            "",
+            "data: [DONE]",
+            "id: 3",
+            "data: cr\r",
+        ];
+        const ENDS: &[&str] = &["\n", "\n", "\n", "\r\n", "\0"];
+        let mut rng = StdRng::seed_from_u64(9);
+        let feed = |pieces: &[&[u8]]| {
+            let mut p = FrameParser::new(Framing::Sse);
+            let mut out = Vec::new();
+            pieces.iter().for_each(|b| p.feed(b, &mut out));
+            p.finish(&mut out);
+            out
+        };
+        for _ in 0..3_000 {
+            let mut text = String::new();
+            for _ in 0..rng.random_range(1..16) {
+                text += LINES[rng.random_range(0..LINES.len())];
+                text += ENDS[rng.random_range(0..ENDS.len())];
+            }
+            let bytes = text.as_bytes();
+            let by_byte = feed(&bytes.chunks(1).collect::<Vec<_>>());
+            assert_eq!(feed(&[bytes]), by_byte, "{text:?}");
+            let cut = rng.random_range(0..=bytes.len());
+            assert_eq!(feed(&[&bytes[..cut], &bytes[cut..]]), by_byte, "{text:?}");
+        }
     }
 }

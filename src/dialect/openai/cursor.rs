@@ -17,14 +17,14 @@ const MAX_DEPTH: usize = 64;
 const MAX_INT_DIGITS: usize = 300;
 
 /// `None` throughout: not sure, read it with serde.
-pub(super) type Sure<T> = Option<T>;
+pub(crate) type Sure<T> = Option<T>;
 
 /// The known fields of one object met so far: serde refuses a field given twice.
 #[derive(Default)]
-pub(super) struct Seen(u32);
+pub(crate) struct Seen(u32);
 
 impl Seen {
-    pub(super) fn first(&mut self, field: u32) -> Sure<()> {
+    pub(crate) fn first(&mut self, field: u32) -> Sure<()> {
         let bit = 1 << field;
         let new = self.0 & bit == 0;
         self.0 |= bit;
@@ -32,7 +32,7 @@ impl Seen {
     }
 
     /// Whether `field` was met.
-    pub(super) fn has(&self, field: u32) -> bool {
+    pub(crate) fn has(&self, field: u32) -> bool {
         self.0 & (1 << field) != 0
     }
 }
@@ -55,7 +55,7 @@ const STOPS: [bool; 256] = {
 /// control character comes first. Eight bytes a step (a byte-wise table walk cost a
 /// response's text and keys about 5 instructions a byte), the rest by the table.
 #[inline]
-pub(super) fn plain_run(bytes: &[u8]) -> Sure<usize> {
+pub(crate) fn plain_run(bytes: &[u8]) -> Sure<usize> {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGH: u64 = 0x8080_8080_8080_8080;
     let mut at = 0;
@@ -79,14 +79,14 @@ pub(super) fn plain_run(bytes: &[u8]) -> Sure<usize> {
     matches!(bytes[end], b'"' | b'\\').then_some(end)
 }
 
-pub(super) struct Cursor<'a> {
-    pub(super) text: &'a str,
-    pub(super) bytes: &'a [u8],
-    pub(super) at: usize,
+pub(crate) struct Cursor<'a> {
+    pub(crate) text: &'a str,
+    pub(crate) bytes: &'a [u8],
+    pub(crate) at: usize,
 }
 
 impl<'a> Cursor<'a> {
-    pub(super) fn new(text: &'a str) -> Cursor<'a> {
+    pub(crate) fn new(text: &'a str) -> Cursor<'a> {
         Cursor {
             text,
             bytes: text.as_bytes(),
@@ -94,20 +94,20 @@ impl<'a> Cursor<'a> {
         }
     }
 
-    pub(super) fn ws(&mut self) {
+    pub(crate) fn ws(&mut self) {
         while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.bytes.get(self.at) {
             self.at += 1;
         }
     }
 
     /// Only whitespace is left, as serde wants after a document.
-    pub(super) fn end(&mut self) -> Sure<()> {
+    pub(crate) fn end(&mut self) -> Sure<()> {
         self.ws();
         (self.at == self.bytes.len()).then_some(())
     }
 
     /// The next byte after whitespace.
-    pub(super) fn peek(&mut self) -> Sure<u8> {
+    pub(crate) fn peek(&mut self) -> Sure<u8> {
         self.ws();
         self.bytes.get(self.at).copied()
     }
@@ -117,7 +117,7 @@ impl<'a> Cursor<'a> {
     }
 
     /// `{ "key": value, ... }`, `each` reading every value after its key.
-    pub(super) fn object(&mut self, each: impl FnMut(&mut Self, &'a str) -> Sure<()>) -> Sure<()> {
+    pub(crate) fn object(&mut self, each: impl FnMut(&mut Self, &'a str) -> Sure<()>) -> Sure<()> {
         self.eat(b'{')?;
         if self.peek()? == b'}' {
             self.at += 1;
@@ -127,7 +127,7 @@ impl<'a> Cursor<'a> {
     }
 
     /// The rest of an object after one member's value: `, "key": value ... }` or `}`.
-    pub(super) fn members_after(
+    pub(crate) fn members_after(
         &mut self,
         each: impl FnMut(&mut Self, &'a str) -> Sure<()>,
     ) -> Sure<()> {
@@ -165,7 +165,7 @@ impl<'a> Cursor<'a> {
     }
 
     /// A string and, when it is borrowed from this event, where it lies in it.
-    pub(super) fn located_string(&mut self) -> Sure<(Cow<'a, str>, Option<Range<usize>>)> {
+    pub(crate) fn located_string(&mut self) -> Sure<(Cow<'a, str>, Option<Range<usize>>)> {
         let s = self.string()?;
         let at = match &s {
             Cow::Borrowed(b) => {
@@ -177,7 +177,7 @@ impl<'a> Cursor<'a> {
         Some((s, at))
     }
 
-    pub(super) fn array<T>(&mut self, mut each: impl FnMut(&mut Self) -> Sure<T>) -> Sure<Vec<T>> {
+    pub(crate) fn array<T>(&mut self, mut each: impl FnMut(&mut Self) -> Sure<T>) -> Sure<Vec<T>> {
         self.eat(b'[')?;
         let mut out = Vec::new();
         if self.peek()? == b']' {
@@ -198,7 +198,7 @@ impl<'a> Cursor<'a> {
     }
 
     /// `null` as `None`, anything else read by `read` (serde's `Option`).
-    pub(super) fn nullable<T>(
+    pub(crate) fn nullable<T>(
         &mut self,
         read: impl FnOnce(&mut Self) -> Sure<T>,
     ) -> Sure<Option<T>> {
@@ -209,13 +209,13 @@ impl<'a> Cursor<'a> {
     }
 
     /// An `Option<Value>` field: serde reads the value's own text.
-    pub(super) fn value(&mut self) -> Sure<Option<Value>> {
+    pub(crate) fn value(&mut self) -> Sure<Option<Value>> {
         self.nullable(|c| serde_json::from_str(c.raw()?).ok())
     }
 
     /// A string, borrowed when it has no escapes (as serde's `Cow` borrows); with them, its
     /// exact text unescaped by serde.
-    pub(super) fn string(&mut self) -> Sure<Cow<'a, str>> {
+    pub(crate) fn string(&mut self) -> Sure<Cow<'a, str>> {
         if self.peek()? != b'"' {
             return None;
         }
@@ -233,12 +233,12 @@ impl<'a> Cursor<'a> {
     /// A `u32` as serde reads one: digits only, no leading zero, in range. A sign is left
     /// to serde; a fraction or exponent (a float to serde) stops the digits short of the
     /// `,` `}` or `]` the caller then wants, so it goes to serde too.
-    pub(super) fn u32(&mut self) -> Sure<u32> {
+    pub(crate) fn u32(&mut self) -> Sure<u32> {
         self.uint()
     }
 
     /// An unsigned integer of type `T`, read as `u32` is.
-    pub(super) fn uint<T: FromStr>(&mut self) -> Sure<T> {
+    pub(crate) fn uint<T: FromStr>(&mut self) -> Sure<T> {
         self.ws();
         let start = self.at;
         self.digits();
@@ -248,7 +248,7 @@ impl<'a> Cursor<'a> {
     }
 
     /// The exact text of the next value.
-    pub(super) fn raw(&mut self) -> Sure<&'a str> {
+    pub(crate) fn raw(&mut self) -> Sure<&'a str> {
         self.ws();
         let start = self.at;
         self.skip_value(0)?;
@@ -256,13 +256,13 @@ impl<'a> Cursor<'a> {
     }
 
     /// Step over one well-formed value, as serde steps over a field it ignores.
-    pub(super) fn skip_value(&mut self, depth: usize) -> Sure<()> {
+    pub(crate) fn skip_value(&mut self, depth: usize) -> Sure<()> {
         self.walk_value(depth, false)
     }
 
     /// Step over one value that serde would read into a `Value` without error: as
     /// `skip_value`, but its strings must make characters and its numbers finite floats.
-    pub(super) fn check_value(&mut self, depth: usize) -> Sure<()> {
+    pub(crate) fn check_value(&mut self, depth: usize) -> Sure<()> {
         self.walk_value(depth, true)
     }
 
@@ -315,7 +315,7 @@ impl<'a> Cursor<'a> {
     /// A string as serde reads one into a `String`: as `skip_string`, and every `\u`
     /// escape makes a character, a surrogate only as the first of a pair followed at once
     /// by the second (serde's other answers for surrogates are left to serde).
-    pub(super) fn check_string(&mut self) -> Sure<()> {
+    pub(crate) fn check_string(&mut self) -> Sure<()> {
         self.eat(b'"')?;
         loop {
             self.at += plain_run(&self.bytes[self.at..])?;
@@ -399,7 +399,7 @@ impl<'a> Cursor<'a> {
 /// One to three random edits of `text` with bytes of `alphabet`, if still UTF-8: the fast
 /// readers' tests compare what they make of the result with serde's.
 #[cfg(test)]
-pub(super) fn mangle(rng: &mut rand::rngs::StdRng, text: &str, alphabet: &[u8]) -> Option<String> {
+pub(crate) fn mangle(rng: &mut rand::rngs::StdRng, text: &str, alphabet: &[u8]) -> Option<String> {
     use rand::Rng;
     let mut bytes = text.as_bytes().to_vec();
     for _ in 0..rng.random_range(1..4) {

@@ -10,7 +10,7 @@
 
 pub mod chat;
 pub mod completions;
-mod cursor;
+pub(crate) mod cursor;
 pub mod error;
 mod scan;
 mod shape;

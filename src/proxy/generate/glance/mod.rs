@@ -15,6 +15,8 @@ use crate::dialect::Dialect;
 use crate::error::{decode_json, ProxyError};
 use crate::fleet::prefix::PromptSpan;
 
+mod fast;
+
 #[derive(Debug, Default)]
 pub struct Glance {
     pub model: Option<String>,
@@ -270,48 +272,104 @@ struct Role<'a> {
     role: Option<Cow<'a, str>>,
 }
 
+/// `Raw`'s fields as both readers give them: the values kept as text borrow from the body.
+#[derive(Debug, Default, PartialEq)]
+struct Fields<'a> {
+    model: Option<Cow<'a, str>>,
+    user: Option<String>,
+    stream: Option<bool>,
+    stream_options: Option<Option<bool>>,
+    input_ids: Option<&'a str>,
+    prompt: Option<&'a str>,
+    text: Option<&'a str>,
+    inputs: Option<&'a str>,
+    system: Option<&'a str>,
+    messages: Option<Vec<&'a str>>,
+    max_tokens: Option<u64>,
+    max_completion_tokens: Option<u64>,
+    n_predict: Option<u64>,
+    /// In `sampling_params`, `parameters` and `options`.
+    caps: [Option<u64>; 3],
+}
+
+impl<'a> From<Raw<'a>> for Fields<'a> {
+    fn from(raw: Raw<'a>) -> Fields<'a> {
+        let text = |v: Option<&'a RawValue>| v.map(RawValue::get);
+        let cap = |c: Lenient<Cap>| c.0.map(|c| c.0);
+        Fields {
+            model: raw.model,
+            user: raw.user.0,
+            stream: raw.stream,
+            stream_options: raw.stream_options.map(|o| o.include_usage),
+            input_ids: text(raw.input_ids),
+            prompt: text(raw.prompt),
+            text: text(raw.text),
+            inputs: text(raw.inputs),
+            system: text(raw.system),
+            messages: raw
+                .messages
+                .0
+                .map(|m| m.into_iter().map(RawValue::get).collect()),
+            max_tokens: raw.max_tokens.0,
+            max_completion_tokens: raw.max_completion_tokens.0,
+            n_predict: raw.n_predict.0,
+            caps: [
+                cap(raw.sampling_params),
+                cap(raw.parameters),
+                cap(raw.options),
+            ],
+        }
+    }
+}
+
+/// The fields by the fast reader when it is sure, else by serde (and its error).
+fn fields(body: &[u8]) -> Result<Fields<'_>, ProxyError> {
+    let fast = std::str::from_utf8(body).ok().and_then(fast::fields);
+    match fast {
+        Some(f) => Ok(f),
+        None => decode_json::<Raw>(body).map(Fields::from),
+    }
+}
+
 fn parse(body: &[u8]) -> Result<Glance, ProxyError> {
-    let raw: Raw = decode_json(body)?;
-    let ids =
-        |v: Option<&RawValue>| v.and_then(|v| serde_json::from_str::<IdsLen>(v.get()).ok()?.0);
-    let ids_len = ids(raw.input_ids).or_else(|| ids(raw.prompt));
-    let prompt = raw.input_ids.or(raw.prompt).or(raw.text).or(raw.inputs);
+    let f = fields(body)?;
+    let ids = |v: Option<&str>| v.and_then(|v| serde_json::from_str::<IdsLen>(v).ok()?.0);
+    let ids_len = ids(f.input_ids).or_else(|| ids(f.prompt));
+    let prompt = f.input_ids.or(f.prompt).or(f.text).or(f.inputs);
     let span = PromptSpan {
-        system: raw.system.and_then(|v| range(body, v)),
+        system: f.system.and_then(|v| range(body, v)),
         prompt: prompt.and_then(|v| range(body, v)),
-        chat: raw.messages.0.as_deref().and_then(|m| chat_range(body, m)),
+        chat: f.messages.as_deref().and_then(|m| chat_range(body, m)),
     };
-    let nested = [&raw.sampling_params, &raw.parameters, &raw.options];
-    let nested_cap = nested.iter().find_map(|n| n.0.as_ref().map(|c| c.0));
-    let max_tokens = raw
+    let nested_cap = f.caps.iter().find_map(|c| *c);
+    let max_tokens = f
         .max_tokens
-        .0
-        .or(raw.max_completion_tokens.0)
-        .or(raw.n_predict.0)
+        .or(f.max_completion_tokens)
+        .or(f.n_predict)
         .or(nested_cap);
     Ok(Glance {
         max_tokens,
-        model: raw.model.map(Cow::into_owned),
-        user: raw.user.0,
-        stream: raw.stream,
-        stream_options: raw.stream_options.map(|o| o.include_usage),
+        model: f.model.map(Cow::into_owned),
+        user: f.user,
+        stream: f.stream,
+        stream_options: f.stream_options,
         ids_len,
         span,
     })
 }
 
 /// Where `v` (borrowed from `body`) lies in it.
-fn range(body: &[u8], v: &RawValue) -> Option<Range<usize>> {
-    let start = (v.get().as_ptr() as usize).checked_sub(body.as_ptr() as usize)?;
-    let end = start.checked_add(v.get().len())?;
+fn range(body: &[u8], v: &str) -> Option<Range<usize>> {
+    let start = (v.as_ptr() as usize).checked_sub(body.as_ptr() as usize)?;
+    let end = start.checked_add(v.len())?;
     (end <= body.len()).then_some(start..end)
 }
 
 /// From the first message through the first user message (all of them without one).
-fn chat_range(body: &[u8], messages: &[&RawValue]) -> Option<Range<usize>> {
+fn chat_range(body: &[u8], messages: &[&str]) -> Option<Range<usize>> {
     let first = range(body, messages.first()?)?;
-    let is_user = |m: &&&RawValue| {
-        serde_json::from_str::<Role>(m.get()).is_ok_and(|r| r.role.as_deref() == Some("user"))
+    let is_user = |m: &&&str| {
+        serde_json::from_str::<Role>(m).is_ok_and(|r| r.role.as_deref() == Some("user"))
     };
     let last = messages.iter().find(is_user).or(messages.last())?;
     Some(first.start..range(body, last)?.end)
@@ -369,6 +427,76 @@ mod tests {
         assert_eq!(g.max_tokens, Some(12));
         let g = parse(br#"{"options":{"num_predict":7},"max_completion_tokens":9}"#).unwrap();
         assert_eq!(g.max_tokens, Some(9));
+    }
+
+    /// Bodies of every dialect, as clients send them: each must be read fast.
+    const BODIES: &[&str] = &[
+        r#"{"model":"mock-model","prompt":"a b c d","max_tokens":16,"ignore_eos":true}"#,
+        r#"{"model":"m","prompt":[1,2,3],"stream":true,"stream_options":{"include_usage":true},"user":"u"}"#,
+        r#"{"model":"m","messages":[{"role":"system","content":"s"},{"role":"user","content":"hi \"there\""}],"max_completion_tokens":9,"stream":false}"#,
+        r#"{"text":"once upon","sampling_params":{"max_new_tokens":12,"temperature":0.5},"stream":true}"#,
+        r#"{"input_ids":[[1,2],[3]],"sampling_params":{"num_predict":3,"max_new_tokens":4}}"#,
+        r#"{"inputs":"x","parameters":{"max_new_tokens":20,"details":true},"stream":null}"#,
+        r#"{"model":"m","system":"be brief","messages":[{"role":"user","content":[{"type":"text","text":"t"}]}],"max_tokens":64}"#,
+        r#"{"prompt":"p","n_predict":0,"cache_prompt":true,"user":true,"extra":{"id":[1,-2.5e1]}}"#,
+        r#"{"model":"llama3","prompt":"p","options":{"num_predict":5,"seed":-1.5e3},"stream":false}"#,
+        r#" { "model" : null , "messages" : "hi" , "max_tokens" : 7 , "stream_options" : {} } "#,
+        r#"{"model":"\u00e9t\u00e9","user":"\ud83d\ude00","prompt":null}"#,
+    ];
+
+    /// Bodies the fast reader must leave to serde (which may take or refuse them).
+    const DEFERRED: &[&str] = &[
+        r#"{"model":"a","model":"b"}"#,
+        r#"{"mod\u0065l":"m"}"#,
+        r#"{"stream":"yes"}"#,
+        r#"{"stream_options":[true]}"#,
+        r#"["m"]"#,
+        r#"{"max_tokens":1e3}"#,
+        r#"{"max_tokens":-1}"#,
+        r#"{"user":"\ud800"}"#,
+        r#"{"prompt":"p"} x"#,
+        r#"{"max_tokens":{"max_new_tokens":1}}"#,
+        r#"{"max_tokens":1.5}"#,
+        r#"{"user":{"id":1}}"#,
+    ];
+
+    fn serde(body: &str) -> Option<Fields<'_>> {
+        decode_json::<Raw>(body.as_bytes()).ok().map(Fields::from)
+    }
+
+    #[test]
+    fn bodies_are_read_fast_and_as_serde_reads_them() {
+        for body in BODIES {
+            let fast = fast::fields(body);
+            assert!(fast.is_some(), "not read fast: {body}");
+            assert_eq!(fast, serde(body), "{body}");
+        }
+        for body in DEFERRED {
+            assert_eq!(fast::fields(body), None, "{body}");
+        }
+    }
+
+    #[test]
+    fn mangled_bodies_are_never_read_otherwise_than_serde_would() {
+        use rand::rngs::StdRng;
+        use rand::{Rng, SeedableRng};
+        // Bounded: 40,000 random edits of the corpus.
+        const JSON_BYTES: &[u8] = b"{}[]\":,\\ -.0123456789eEnulltruefalsxu\n\t";
+        let mut rng = StdRng::seed_from_u64(13);
+        let corpus: Vec<&str> = BODIES.iter().chain(DEFERRED).copied().collect();
+        let mut read_fast = 0;
+        for _ in 0..40_000 {
+            let pick = corpus[rng.random_range(0..corpus.len())];
+            let Some(body) = crate::dialect::openai::cursor::mangle(&mut rng, pick, JSON_BYTES)
+            else {
+                continue;
+            };
+            if let Some(fast) = fast::fields(&body) {
+                read_fast += 1;
+                assert_eq!(Some(fast), serde(&body), "{body}");
+            }
+        }
+        assert!(read_fast > 5_000, "only {read_fast} edits were read fast");
     }
 
     #[test]

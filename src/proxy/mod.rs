@@ -56,8 +56,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .guards()
         .then(|| middleware::from_fn_with_state(gate, auth::gate::check));
     let body_limit = state.config.limits.max_request_body;
-    let gen = |d: Dialect| move |s, h, b| generate::handle(s, d, h, b);
-    let gen_stream = |d: Dialect| move |s, h, b| generate::handle_stream(s, d, h, b);
+    let gen = |d: Dialect| move |s, b| generate::handle(s, d, b);
+    let gen_stream = |d: Dialect| move |s, b| generate::handle_stream(s, d, b);
     let routes = Router::new()
         // Shared by SGLang, TGI and vLLM's legacy server: the body decides.
         .route(
@@ -76,25 +76,28 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/api/chat", post(gen(Dialect::OllamaChat)))
         // Only generation takes an in-flight slot (the routes above; probes never do).
         .route_layer(option_layer(admission))
-        .merge(aux::routes())
+        // The generation routes read their body under `limits.max_request_body` and
+        // `timeouts.client_body` themselves (`generate::ClientBody`, answering in the
+        // client's dialect); axum's extractors on the other routes read it under these.
+        .merge(
+            aux::routes().layer(
+                ServiceBuilder::new()
+                    .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
+                        body_timeout,
+                    ))
+                    .layer(axum::extract::DefaultBodyLimit::max(body_limit)),
+            ),
+        )
         .fallback(aux::not_found)
         .with_state(state);
     // Order, outermost first: a request id exists before anything logs; a panic anywhere
     // inside becomes a 500 rather than a dropped connection; a request without a valid key
-    // goes no further (nor is its body read); slow clients cannot hold a worker reading their
-    // body forever. Admission (above, generation routes only) comes after auth, so
-    // unauthenticated requests never take an in-flight slot.
+    // goes no further (nor is its body read). Admission (above, generation routes only)
+    // comes after auth, so unauthenticated requests never take an in-flight slot.
     routes.layer(
         ServiceBuilder::new()
             .layer(layers::edge())
-            .layer(option_layer(gate))
-            .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
-                body_timeout,
-            ))
-            // The generation routes read their body under this limit themselves
-            // (`generate::ClientBody`, a 413 in the client's dialect); axum's extractors on
-            // the other routes read it from here.
-            .layer(axum::extract::DefaultBodyLimit::max(body_limit)),
+            .layer(option_layer(gate)),
     )
 }
 

@@ -3,10 +3,13 @@
 //! rejections are plain text, and call a slow body a 400).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::extract::{FromRequest, Request};
-use bytes::Bytes;
-use http::header;
+use bytes::{Bytes, BytesMut};
+use futures_util::FutureExt;
+use http::{header, HeaderMap};
+use http_body_util::BodyExt;
 
 use super::AppState;
 use crate::error::{ProxyError, Timer};
@@ -15,22 +18,36 @@ use crate::error::{ProxyError, Timer};
 /// HTTP/2, lingo's own for HTTP/1, are up to 8 KiB).
 const SHARED_BODY: usize = 8 << 10;
 
-/// The body, or why there is none; the handler turns the error into its dialect's shape.
-pub struct ClientBody(pub Result<Bytes, ProxyError>);
+/// The request's headers (taken from it, not copied) and its body, or why there is none;
+/// the handler turns the error into its dialect's shape.
+pub struct ClientBody {
+    pub headers: HeaderMap,
+    pub body: Result<Bytes, ProxyError>,
+}
 
 impl FromRequest<Arc<AppState>> for ClientBody {
     type Rejection = std::convert::Infallible;
 
     async fn from_request(req: Request, st: &Arc<AppState>) -> Result<Self, Self::Rejection> {
-        Ok(ClientBody(
-            read(req, st.config.limits.max_request_body).await,
-        ))
+        let (parts, body) = req.into_parts();
+        let limits = (
+            st.config.limits.max_request_body,
+            st.config.timeouts.client_body,
+        );
+        let body = read(&parts.headers, body, limits).await;
+        Ok(ClientBody {
+            headers: parts.headers,
+            body,
+        })
     }
 }
 
-async fn read(req: Request, limit: usize) -> Result<Bytes, ProxyError> {
-    let declared = req
-        .headers()
+async fn read(
+    headers: &HeaderMap,
+    body: axum::body::Body,
+    (limit, wait): (usize, Duration),
+) -> Result<Bytes, ProxyError> {
+    let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
@@ -38,17 +55,7 @@ async fn read(req: Request, limit: usize) -> Result<Bytes, ProxyError> {
     if declared.is_some_and(|n| n > limit as u64) {
         return Err(ProxyError::TooLarge { limit });
     }
-    let body = axum::body::to_bytes(req.into_body(), limit)
-        .await
-        .map_err(|e| classify(&e, limit))?;
-    // A small body that came in one read with its head is a slice of the connection's read
-    // buffer, and lingo keeps the body (for failover) for as long as the answer streams:
-    // a copy of its own lets that buffer go (or be reused for the next read) instead of
-    // being held, head and all, per in-flight stream.
-    let body = match body.len() <= SHARED_BODY {
-        true => Bytes::copy_from_slice(&body),
-        false => body,
-    };
+    let body = collect(body, limit, wait).await?;
     // serde_json checks the strings it decodes, not those it skips (passthrough reads three
     // fields), so the whole body is checked once here, for every route alike.
     if let Err(e) = std::str::from_utf8(&body) {
@@ -63,19 +70,53 @@ async fn read(req: Request, limit: usize) -> Result<Bytes, ProxyError> {
     Ok(body)
 }
 
-/// Which failure a body error is: the length limit, the client-body timer
-/// (`RequestBodyTimeoutLayer`'s error, boxed inside axum's), or a broken body.
-fn classify(e: &axum::Error, limit: usize) -> ProxyError {
-    let mut src: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(s) = src {
-        if s.is::<http_body_util::LengthLimitError>() {
-            return ProxyError::TooLarge { limit };
+/// The body's data, at most `limit` bytes, each piece within `wait` of the last (the
+/// client-body timer, as tower-http's `RequestBodyTimeout` keeps it for the other routes).
+/// A piece already here is taken without a timer: most bodies come with their head.
+async fn collect(
+    mut body: axum::body::Body,
+    limit: usize,
+    wait: Duration,
+) -> Result<Bytes, ProxyError> {
+    let mut first: Option<Bytes> = None;
+    let mut more = BytesMut::new();
+    loop {
+        let next = match body.frame().now_or_never() {
+            Some(next) => next,
+            None => tokio::time::timeout(wait, body.frame())
+                .await
+                .map_err(|_| ProxyError::Timeout(Timer::ClientBody))?,
+        };
+        let Some(frame) = next else { break };
+        let frame = frame.map_err(|e| {
+            tracing::debug!(error = %e, "reading a request body failed");
+            ProxyError::invalid("", "the request body could not be read to its end")
+        })?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        let held = first.as_ref().map_or(0, Bytes::len) + more.len();
+        if held + data.len() > limit {
+            return Err(ProxyError::TooLarge { limit });
         }
-        if s.is::<tower_http::timeout::TimeoutError>() {
-            return ProxyError::Timeout(Timer::ClientBody);
+        match first.take() {
+            None if more.is_empty() => first = Some(data),
+            None => more.extend_from_slice(&data),
+            Some(one) => {
+                more.reserve(one.len() + data.len());
+                more.extend_from_slice(&one);
+                more.extend_from_slice(&data);
+            }
         }
-        src = s.source();
     }
-    tracing::debug!(error = %e, "reading a request body failed");
-    ProxyError::invalid("", "the request body could not be read to its end")
+    Ok(match first {
+        // A small body that came in one read with its head is a slice of the connection's
+        // read buffer, and lingo keeps the body (for failover) for as long as the answer
+        // streams: a copy of its own lets that buffer go (or be reused for the next read)
+        // instead of being held, head and all, per in-flight stream.
+        Some(one) if one.len() <= SHARED_BODY => Bytes::copy_from_slice(&one),
+        Some(one) => one,
+        // Pieces joined are lingo's own buffer already.
+        None => more.freeze(),
+    })
 }

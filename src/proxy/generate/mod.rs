@@ -27,8 +27,7 @@ use glance::{Glance, Lazy};
 pub async fn handle(
     State(st): State<Arc<AppState>>,
     dialect: Dialect,
-    headers: HeaderMap,
-    ClientBody(body): ClientBody,
+    ClientBody { headers, body }: ClientBody,
 ) -> Response {
     let at = respond::Arrival::new(&st, dialect, &headers);
     match body {
@@ -41,8 +40,7 @@ pub async fn handle(
 pub async fn handle_stream(
     State(st): State<Arc<AppState>>,
     dialect: Dialect,
-    headers: HeaderMap,
-    ClientBody(body): ClientBody,
+    ClientBody { headers, body }: ClientBody,
 ) -> Response {
     let mut at = respond::Arrival::new(&st, dialect, &headers);
     at.stream = true;
@@ -215,19 +213,16 @@ async fn choose(
 }
 
 /// `POST /generate`, shared by three dialects: pick one by the body's shape.
-pub async fn handle_generate(
-    st: State<Arc<AppState>>,
-    headers: HeaderMap,
-    ClientBody(body): ClientBody,
-) -> Response {
+pub async fn handle_generate(st: State<Arc<AppState>>, req: ClientBody) -> Response {
     // Before the body is known, SGLang's shape speaks for the route.
-    let Ok(bytes) = body else {
-        return handle(st, Dialect::Sglang, headers, ClientBody(body)).await;
+    let dialect = match &req.body {
+        Ok(bytes) => crate::dialect::generate_dialect(bytes),
+        Err(_) => Ok(Dialect::Sglang),
     };
-    match crate::dialect::generate_dialect(&bytes) {
-        Ok(d) => handle(st, d, headers, ClientBody(Ok(bytes))).await,
+    match dialect {
+        Ok(d) => handle(st, d, req).await,
         Err(e) => {
-            let at = respond::Arrival::new(&st, Dialect::Sglang, &headers);
+            let at = respond::Arrival::new(&st, Dialect::Sglang, &req.headers);
             let rec = respond::record(&st, Dialect::Sglang, None, &at);
             respond::error(&st, rec, Dialect::Sglang, &e)
         }
@@ -236,26 +231,22 @@ pub async fn handle_generate(
 
 /// TGI's compat route `POST /`: a body `stream: true` is `/generate_stream`; otherwise it is
 /// `/generate` with the answer in a one-element array.
-pub async fn handle_tgi_compat(
-    st: State<Arc<AppState>>,
-    headers: HeaderMap,
-    ClientBody(body): ClientBody,
-) -> Response {
+pub async fn handle_tgi_compat(st: State<Arc<AppState>>, req: ClientBody) -> Response {
     #[derive(serde::Deserialize)]
     struct Compat {
         #[serde(default)]
         stream: bool,
     }
     // A body that does not parse gets its error from the TGI decoder.
-    let stream = body
+    let stream = req
+        .body
         .as_ref()
         .is_ok_and(|b| serde_json::from_slice::<Compat>(b).is_ok_and(|c| c.stream));
-    let body = ClientBody(body);
     if stream {
-        return handle_stream(st, Dialect::Tgi, headers, body).await;
+        return handle_stream(st, Dialect::Tgi, req).await;
     }
     let limit = st.config.limits.max_upstream_body.saturating_mul(2);
-    let resp = handle(st, Dialect::Tgi, headers, body).await;
+    let resp = handle(st, Dialect::Tgi, req).await;
     if !resp.status().is_success() {
         return resp;
     }

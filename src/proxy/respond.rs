@@ -7,11 +7,15 @@ use axum::body::Body;
 use axum::response::Response;
 use bytes::Bytes;
 use futures_util::Stream;
-use http::{header, HeaderValue, StatusCode};
+use http::{header, HeaderName, HeaderValue, StatusCode};
 
 use super::AppState;
 use crate::dialect::Dialect;
 use crate::error::{ProxyError, Source};
+
+// Names as constants: a lookup by `&str` parses the name first, at every request.
+const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+const X_SESSION_ID: HeaderName = HeaderName::from_static("x-session-id");
 use crate::metrics::{Emit, Labels, MeteredBody, OpenRecord, Outcome, RequestRecord, Summary};
 
 /// When a request arrived, and its record (with the id the request-id layer gave it), open from
@@ -30,13 +34,13 @@ impl Arrival {
     pub fn new(st: &AppState, dialect: Dialect, headers: &http::HeaderMap) -> Arrival {
         let started = Instant::now();
         let request_id = headers
-            .get("x-request-id")
+            .get(X_REQUEST_ID)
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
         let mut rec = RequestRecord::new(labels(st, dialect, None), started);
         rec.request_id = request_id;
         rec.session = headers
-            .get("x-session-id")
+            .get(X_SESSION_ID)
             .and_then(|v| v.to_str().ok())
             .and_then(crate::metrics::session_key);
         rec.key = crate::auth::current();

@@ -85,9 +85,18 @@ impl Timers {
         if self.drain.is_expired() {
             return Err(ProxyError::ShuttingDown);
         }
-        let deadline = self.total.unwrap_or_else(far_future);
+        // `biased`: the work first, and no random draw per wake-up to pick an order. Without
+        // `timeouts.total` (the default) there is no timer to arm at all.
+        let Some(deadline) = self.total else {
+            return tokio::select! {
+                biased;
+                r = f => r,
+                () = &mut self.expired => Err(ProxyError::ShuttingDown),
+            };
+        };
         self.sleep.as_mut().reset(deadline);
         tokio::select! {
+            biased;
             r = f => r,
             () = self.sleep.as_mut() => Err(ProxyError::Timeout(Timer::Total)),
             () = &mut self.expired => Err(ProxyError::ShuttingDown),
@@ -132,11 +141,6 @@ impl Timers {
             _ => phase,
         }
     }
-}
-
-/// A deadline that never comes (tokio's own `far_future` is private): about 30 years.
-fn far_future() -> Instant {
-    Instant::now() + Duration::from_secs(86400 * 365 * 30)
 }
 
 #[cfg(test)]

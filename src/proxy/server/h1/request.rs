@@ -105,7 +105,9 @@ pub fn parse(buf: &[u8]) -> Result<Option<Head>, Refusal> {
 /// The header lines, each value a slice of one copy of the head (not of the read buffer,
 /// which the connection lets go while a stream is served).
 fn headers(buf: &[u8], len: usize, lines: &[httparse::Header<'_>]) -> Result<HeaderMap, Refusal> {
-    let mut map = HeaderMap::with_capacity(lines.len());
+    // Room for the one header lingo adds (`x-request-id`, when the client sent none): an
+    // exact fit grew, rehashing the map, at that insert.
+    let mut map = HeaderMap::with_capacity(lines.len() + 1);
     let block = Bytes::copy_from_slice(&buf[..len]);
     let base = buf.as_ptr() as usize;
     for h in lines {

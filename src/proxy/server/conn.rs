@@ -9,7 +9,7 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -156,6 +156,12 @@ struct Snapshot {
 pub(super) struct Activity {
     now: Mutex<Snapshot>,
     changed: Notify,
+    /// Counts changes: the task below looks after each poll of the connection, which makes
+    /// every change of lingo's own HTTP/1 (in this task) without a wake-up.
+    version: AtomicU64,
+    /// Changes may come from other tasks (hyper's HTTP/2 runs each stream in its own): each
+    /// also wakes the task below through `changed`.
+    cross_task: AtomicBool,
     /// lingo asked the connection to close once no request is in it (lingo's own HTTP/1
     /// reads this; hyper's connections are told through `graceful_shutdown`).
     asked: AtomicBool,
@@ -173,7 +179,21 @@ impl Activity {
                 active: 0,
             }),
             changed: Notify::new(),
+            version: AtomicU64::new(0),
+            cross_task: AtomicBool::new(true),
             asked: AtomicBool::new(false),
+        }
+    }
+
+    fn version(&self) -> u64 {
+        self.version.load(Ordering::Relaxed)
+    }
+
+    /// The phase changed: the task below recomputes its deadline.
+    fn changed(&self) {
+        self.version.fetch_add(1, Ordering::Relaxed);
+        if self.cross_task.load(Ordering::Relaxed) {
+            self.changed.notify_one();
         }
     }
 
@@ -216,7 +236,7 @@ impl Activity {
             return;
         }
         drop(s);
-        self.changed.notify_one();
+        self.changed();
     }
 
     pub(super) fn begin(self: &Arc<Self>, version: Version) -> Busy {
@@ -226,7 +246,7 @@ impl Activity {
         s.served = true;
         s.h2 |= version == Version::HTTP_2;
         drop(s);
-        self.changed.notify_one();
+        self.changed();
         Busy(self.clone())
     }
 
@@ -240,7 +260,7 @@ impl Activity {
         s.since = Instant::now();
         s.drained = false;
         drop(s);
-        self.changed.notify_one();
+        self.changed();
     }
 }
 
@@ -484,6 +504,9 @@ pub(super) async fn serve(tcp: TcpStream, shared: Arc<Shared>, permit: OwnedSema
             First::Gone { reclaim_asked } => (Proto::Unknown, reclaim_asked),
         };
     let mut conn = Link::new(proto, tcp, &shared, &activity);
+    if matches!(conn, Link::Own(_)) {
+        activity.cross_task.store(false, Ordering::Relaxed);
+    }
     let clocks = Clocks {
         header: shared.header,
         idle: shared.idle,
@@ -500,6 +523,7 @@ pub(super) async fn serve(tcp: TcpStream, shared: Arc<Shared>, permit: OwnedSema
     tokio::pin!(drain, changed, reclaim, sleep);
     let mut armed: Option<Instant> = None;
     loop {
+        let seen = activity.version();
         let s = activity.snapshot();
         let now = Instant::now();
         // An ask to make room holds for the rest of this idle period.
@@ -531,13 +555,20 @@ pub(super) async fn serve(tcp: TcpStream, shared: Arc<Shared>, permit: OwnedSema
             sleep.as_mut().reset(at);
             armed = Some(at);
         }
+        // `biased`: the connection first, so that a change it made in this poll is seen
+        // by the next branch at once; and no random draw per wake-up to pick an order.
         tokio::select! {
+            biased;
             r = &mut conn => {
                 if let Err(e) = r {
                     tracing::debug!(error = %e, "connection ended");
                 }
                 break;
             }
+            () = std::future::poll_fn(|_| match activity.version() != seen {
+                true => Poll::Ready(()),
+                false => Poll::Pending,
+            }) => {}
             _ = sleep.as_mut(), if wake.is_some() => armed = None,
             _ = changed.as_mut() => changed.set(activity.changed.notified()),
             rx = reclaim.as_mut() => {

@@ -3,6 +3,7 @@
 //! Each upstream body chunk is processed as soon as it arrives and whatever it produces is
 //! emitted at once: nothing is held back for a later chunk (the no-buffering invariant).
 
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
@@ -62,7 +63,6 @@ struct State {
     output: Output,
     timers: Timers,
     tally: Tally,
-    frames: Vec<Frame>,
     events: Vec<Event>,
     queue: VecDeque<Emit>,
     finish: Option<&'static str>,
@@ -77,8 +77,6 @@ struct State {
     upstream_failed: Option<ProxyError>,
     /// Raw passthrough: the bytes forwarded so far end inside an event.
     mid_event: bool,
-    /// The chunks being joined (kept for its allocation).
-    ready: Vec<Bytes>,
     /// The body's end or error, seen while collecting ready chunks.
     pending: Option<Chunk>,
 }
@@ -113,7 +111,6 @@ impl State {
             output,
             timers,
             tally: Tally::default(),
-            frames: Vec::new(),
             events: Vec::new(),
             queue: VecDeque::new(),
             finish: None,
@@ -124,11 +121,29 @@ impl State {
             decode_errors: 0,
             upstream_failed: None,
             mid_event: false,
-            ready: Vec::new(),
             pending: None,
         }
     }
 }
+
+thread_local! {
+    /// One chunk's frames and the chunks being joined: per worker thread rather than per
+    /// stream, as both are empty between chunks (per stream, each request grew them anew
+    /// from nothing, and a long stream kept the most it ever held). A chunk is handled
+    /// without an await, so no other stream takes them in between.
+    static FRAMES: Cell<Vec<Frame>> = const { Cell::new(Vec::new()) };
+    static READY: Cell<Vec<Bytes>> = const { Cell::new(Vec::new()) };
+}
+
+/// Give an emptied scratch vector back to its thread, unless one chunk made it large: a
+/// thread keeps at most `SCRATCH_KEPT` slots of each.
+fn keep<T: 'static>(slot: &'static std::thread::LocalKey<Cell<Vec<T>>>, v: Vec<T>) {
+    if v.capacity() <= SCRATCH_KEPT {
+        slot.set(v);
+    }
+}
+
+const SCRATCH_KEPT: usize = 256;
 
 /// The stream itself, polled in place: the state is never moved between events (a
 /// `stream::unfold` moves it in and out of a future at every step).
@@ -216,7 +231,7 @@ impl State {
             return first;
         };
         let mut total = first.len();
-        let mut ready = std::mem::take(&mut self.ready);
+        let mut ready = READY.take();
         ready.push(first);
         while total < JOIN_CAP {
             match body.frame().now_or_never() {
@@ -246,7 +261,7 @@ impl State {
                 out.freeze()
             }
         };
-        self.ready = ready;
+        keep(&READY, ready);
         joined
     }
 
@@ -256,9 +271,10 @@ impl State {
 
     fn chunk(&mut self, data: Bytes, eof: bool) {
         let starts_whole = self.parser.between_events();
-        let fed = self.parser.try_feed_bytes(data.clone(), &mut self.frames);
+        let mut frames = FRAMES.take();
+        let fed = self.parser.try_feed_bytes(data.clone(), &mut frames);
         if eof && fed.is_ok() {
-            self.parser.finish(&mut self.frames);
+            self.parser.finish(&mut frames);
         }
         self.mid_event = fed.is_err() || self.parser.pending() > 0;
         let raw = matches!(self.output, Output::Raw);
@@ -274,7 +290,6 @@ impl State {
             BytesMut::with_capacity(data.len() + 256)
         };
         let mut tokens = 0u32;
-        let mut frames = std::mem::take(&mut self.frames);
         let mut failure = None;
         for (i, frame) in frames.iter().enumerate() {
             match self.event(frame, &mut out, &mut tokens, verbatim) {
@@ -297,7 +312,7 @@ impl State {
         // The frames are slices of the upstream's read buffer: kept while the stream waits
         // for its next token, they would keep that buffer too.
         frames.clear();
-        self.frames = frames;
+        keep(&FRAMES, frames);
         let failure = failure.or_else(|| {
             fed.err().map(|e| {
                 ProxyError::UpstreamProtocol(format!(

@@ -201,10 +201,12 @@ async fn a_duration_bounds_a_closed_loop_level() {
         "{}",
         l.results.len()
     );
+    // A worker starts a request only while it is free before the end; on a busy machine the
+    // handoff (`sent`) may land after it, `lag` later than the moment it was free.
     assert!(l
         .results
         .iter()
-        .all(|r| r.sent < Duration::from_millis(300)));
+        .all(|r| r.sent.saturating_sub(r.lag) < Duration::from_millis(300)));
     assert_eq!(l.fail(), 0);
 }
 

@@ -77,7 +77,7 @@ async fn weighted_round_robin_gives_exact_shares_and_counts_per_endpoint() {
         endpoint(&ms[1], MockKind::Vllm, 2),
         endpoint(&ms[2], MockKind::Vllm, 3),
     ];
-    let base = lingo(fleet(vec![("p", pool(Policy::RoundRobin, eps))])).await;
+    let base = lingo_app(fleet(vec![("p", pool(Policy::RoundRobin, eps))])).await;
     for _ in 0..60 {
         post_ok(&format!("{base}/v1/chat/completions"), &chat(false)).await;
     }

@@ -12,7 +12,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{config_for, eventually, lingo, mock_with, post_json, scrape, sse_events, sum};
+use common::{
+    config_for, eventually, lingo, lingo_app, mock_with, post_json, scrape, sse_events, sum,
+};
 use lingo::config::Config;
 use lingo::metrics::Metrics;
 use lingo::mock::{MockConfig, MockKind};
@@ -193,7 +195,7 @@ async fn no_headers_within_first_token_is_a_504_and_the_connection_closes() {
     let up = fake(Act::Hang).await;
     let mut cfg = config(&up.url, KindSetting::Vllm);
     cfg.timeouts.first_token = SHORT;
-    let base = lingo(cfg).await;
+    let base = lingo_app(cfg).await;
     let r = post_json(&format!("{base}/v1/completions"), &completions(true)).await;
     assert_eq!(r.status(), 504);
     let v: Value = r.json().await.unwrap();
@@ -275,7 +277,7 @@ async fn a_whole_answer_that_stops_halfway_is_a_504() {
     let up = fake(Act::Send(format!("{head}{{\"id\":").into_bytes())).await;
     let mut cfg = config(&up.url, KindSetting::Vllm);
     cfg.timeouts.stream_idle = SHORT;
-    let base = lingo(cfg).await;
+    let base = lingo_app(cfg).await;
     let r = post_json(&format!("{base}/v1/completions"), &completions(false)).await;
     assert_eq!(r.status(), 504);
     assert!(eventually(|| up.closed.load(Ordering::SeqCst) == 1).await);
@@ -385,7 +387,7 @@ async fn an_undecodable_event_is_forwarded_and_the_rest_of_the_stream_too() {
 async fn an_undecodable_event_still_fails_a_translated_stream() {
     let bytes = [sse_head(), event(&token("a", None)), event("{not json")].concat();
     let up = fake(Act::Send(bytes.into_bytes())).await;
-    let base = lingo(config(&up.url, KindSetting::Vllm)).await;
+    let base = lingo_app(config(&up.url, KindSetting::Vllm)).await;
     let r = post_json(&format!("{base}/generate"), &sglang(true)).await;
     let events = sse_events(&r.text().await.unwrap());
     ends_with_error(&events, "");
@@ -400,7 +402,7 @@ async fn an_oversized_event_fails_the_stream_without_buffering_it() {
     let up = fake(Act::Send(bytes.into_bytes())).await;
     let mut cfg = config(&up.url, KindSetting::Vllm);
     cfg.limits.max_stream_event = 64 << 10;
-    let base = lingo(cfg).await;
+    let base = lingo_app(cfg).await;
     let body = json!({"model": "m", "prompt": "hello", "max_tokens": 8, "stream": true,
                       "stream_options": {"include_usage": true}});
     let r = post_json(&format!("{base}/v1/completions"), &body).await;
@@ -426,7 +428,7 @@ async fn a_huge_error_body_is_cut_and_says_so() {
     let up = fake(Act::Send(huge_error(4 << 20))).await;
     let mut cfg = config(&up.url, KindSetting::Vllm);
     cfg.limits.max_upstream_error_body = 64 << 10;
-    let base = lingo(cfg.clone()).await;
+    let base = lingo_app(cfg.clone()).await;
     // Passthrough: the upstream's bytes, up to the limit, then the note.
     let r = post_json(&format!("{base}/v1/completions"), &completions(false)).await;
     assert_eq!(r.status(), 400);
@@ -439,7 +441,7 @@ async fn a_huge_error_body_is_cut_and_says_so() {
     );
     counted_once(&base, "client_error", Some("upstream_status")).await;
     // Translated: the message carries the note.
-    let base = lingo(cfg).await;
+    let base = lingo_app(cfg).await;
     let r = post_json(&format!("{base}/generate"), &sglang(true)).await;
     assert_eq!(r.status(), 400);
     let body = r.text().await.unwrap();

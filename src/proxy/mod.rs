@@ -5,6 +5,7 @@ mod aux;
 mod aux_native;
 pub mod drain;
 mod fleet_status;
+mod front;
 mod generate;
 mod layers;
 mod respond;
@@ -16,15 +17,15 @@ pub use state::AppState;
 
 use std::sync::Arc;
 
+use axum::extract::State;
 use axum::middleware;
 use axum::routing::post;
 use axum::Router;
 use tower::util::option_layer;
-use tower::ServiceBuilder;
+use tower::{Layer, ServiceBuilder};
 
 use crate::auth;
 use crate::config::Config;
-use crate::dialect::Dialect;
 use crate::metrics::Metrics;
 
 /// The proxy as a router: what `lingo serve` runs and what tests drive.
@@ -42,8 +43,24 @@ pub fn app_with_metrics(config: Config, metrics: Arc<Metrics>) -> Router {
     router(Arc::new(AppState::new(config, metrics)))
 }
 
+/// The service `lingo serve`'s connections call.
+pub(crate) type Front = layers::Edge<front::Dispatch>;
+
 /// The router over an existing state (so `serve` can warm the state up first).
 pub fn router(state: Arc<AppState>) -> Router {
+    routes(state).0.layer(layers::edge())
+}
+
+/// What `lingo serve`'s connections call: the router, with the generation routes served
+/// without it when no router layer (auth, admission) wraps them.
+fn front(state: Arc<AppState>) -> Front {
+    let (routes, bare) = routes(state.clone());
+    layers::edge().layer(front::Dispatch::new(routes, bare.then_some(state)))
+}
+
+/// Every route under its layers but the outermost (`Edge`), and whether the generation
+/// routes have none.
+fn routes(state: Arc<AppState>) -> (Router, bool) {
     let body_timeout = state.config.timeouts.client_body;
     let gate = auth::gate::Gate::new(&state.config.auth, state.metrics.clone());
     // A gate or an admission layer with nothing to check is left out: each costs a boxed
@@ -55,25 +72,18 @@ pub fn router(state: Arc<AppState>) -> Router {
     let gate = gate
         .guards()
         .then(|| middleware::from_fn_with_state(gate, auth::gate::check));
+    let bare = admission.is_none() && gate.is_none();
     let body_limit = state.config.limits.max_request_body;
-    let gen = |d: Dialect| move |s, b| generate::handle(s, d, b);
-    let gen_stream = |d: Dialect| move |s, b| generate::handle_stream(s, d, b);
-    let routes = Router::new()
-        // Shared by SGLang, TGI and vLLM's legacy server: the body decides.
-        .route(
-            "/generate",
-            post(generate::handle_generate).put(generate::handle_generate),
-        )
-        .route("/v1/completions", post(gen(Dialect::OpenaiCompletions)))
-        .route("/v1/chat/completions", post(gen(Dialect::OpenaiChat)))
-        .route("/generate_stream", post(gen_stream(Dialect::Tgi)))
-        // TGI's compat route, which its Python client (`text-generation`) posts to.
-        .route("/", post(generate::handle_tgi_compat))
-        .route("/v1/messages", post(gen(Dialect::Anthropic)))
-        .route("/completion", post(gen(Dialect::Llamacpp)))
-        .route("/completions", post(gen(Dialect::Llamacpp)))
-        .route("/api/generate", post(gen(Dialect::OllamaGenerate)))
-        .route("/api/chat", post(gen(Dialect::OllamaChat)))
+    let mut generation = Router::new();
+    for (path, hot) in front::HOT {
+        let handler = move |State(st), body| front::serve_hot(st, hot, body);
+        let mut route = post(handler);
+        if hot.takes_put() {
+            route = route.put(handler);
+        }
+        generation = generation.route(path, route);
+    }
+    let routes = generation
         // Only generation takes an in-flight slot (the routes above; probes never do).
         .route_layer(option_layer(admission))
         // The generation routes read their body under `limits.max_request_body` and
@@ -90,15 +100,12 @@ pub fn router(state: Arc<AppState>) -> Router {
         )
         .fallback(aux::not_found)
         .with_state(state);
-    // Order, outermost first: a request id exists before anything logs; a panic anywhere
-    // inside becomes a 500 rather than a dropped connection; a request without a valid key
-    // goes no further (nor is its body read). Admission (above, generation routes only)
-    // comes after auth, so unauthenticated requests never take an in-flight slot.
-    routes.layer(
-        ServiceBuilder::new()
-            .layer(layers::edge())
-            .layer(option_layer(gate)),
-    )
+    // Order, outermost first: a request id exists before anything logs and a panic anywhere
+    // inside becomes a 500 rather than a dropped connection (`Edge`, added by the caller); a
+    // request without a valid key goes no further (nor is its body read). Admission (above,
+    // generation routes only) comes after auth, so unauthenticated requests never take an
+    // in-flight slot.
+    (routes.layer(option_layer(gate)), bare)
 }
 
 /// Metrics as configured: lingo's own, plus compat names and the request log if asked.

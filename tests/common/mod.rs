@@ -52,8 +52,15 @@ pub fn config_for(upstream: &str, kind: KindSetting) -> Config {
     c
 }
 
-/// Start lingo with this config; returns its base URL.
+/// Start lingo with this config as `lingo serve` runs it (`serving`); returns its base URL.
 pub async fn lingo(config: Config) -> String {
+    format!("http://{}", serving(config).await)
+}
+
+/// Start lingo's router (`proxy::app`) under axum's server; returns its base URL. For tests
+/// that count what reaches the upstream: `serve` warms its state up first (a connection, and
+/// a kind probe where the kind is not given), the router alone does not.
+pub async fn lingo_app(config: Config) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let app = lingo::proxy::app(config);

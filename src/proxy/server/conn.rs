@@ -15,7 +15,6 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::Router;
 use bytes::Bytes;
 use http::{Request, Response, Version};
 use hyper::body::Incoming;
@@ -29,6 +28,7 @@ use tower::ServiceExt;
 
 use super::limit::Gate;
 use crate::proxy::drain::Drain;
+use crate::proxy::Front;
 
 /// How long a connection asked to close (idle, reclaimed, draining) may take to say goodbye
 /// (an HTTP/2 GOAWAY) before it is dropped.
@@ -119,7 +119,7 @@ async fn peek_first(
 /// What every connection task shares.
 pub(super) struct Shared {
     pub builders: Builders,
-    pub router: Router,
+    pub router: Front,
     pub gate: Gate,
     pub drain: Drain,
     pub header: Duration,
@@ -329,7 +329,7 @@ impl AsyncWrite for Watched {
 /// The router as a hyper service that marks the connection busy until each response ends.
 #[derive(Clone)]
 struct Svc {
-    router: Router,
+    router: Front,
     activity: Arc<Activity>,
 }
 

@@ -44,7 +44,7 @@ pub(super) async fn run(
     let t = &state.config.timeouts;
     let shared = Arc::new(conn::Shared {
         builders: conn::Builders::new(builder()),
-        router: super::router(state.clone()),
+        router: super::front(state.clone()),
         gate: Gate::new(cap),
         drain: state.drain.clone(),
         header: t.client_header,

@@ -24,7 +24,6 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::body::Body as AxumBody;
-use axum::Router;
 use bytes::{Bytes, BytesMut};
 use http::Method;
 use http_body::Body as _;
@@ -32,6 +31,7 @@ use tokio::net::TcpStream;
 use tower::Service;
 
 use super::conn::Activity;
+use crate::proxy::Front;
 use crate::upstream::h1::framing::Framing;
 use crate::upstream::h1::poll_fill;
 use request::Head;
@@ -48,7 +48,7 @@ const HEAD_ROOM: usize = 320;
 /// `activity` is asked to close (between requests).
 pub(super) async fn serve(
     tcp: TcpStream,
-    router: Router,
+    router: Front,
     activity: Arc<Activity>,
 ) -> io::Result<()> {
     let mut c = Conn {
@@ -126,7 +126,7 @@ struct Conn {
     io: Arc<TcpStream>,
     /// Read and not yet taken: the next head, or the body's start. Empty, it holds no memory.
     buf: BytesMut,
-    router: Router,
+    router: Front,
     activity: Arc<Activity>,
     rest: Arc<body::Rest>,
     /// A body is read by the handler (`body::Body`), which has the buffer until it ends.

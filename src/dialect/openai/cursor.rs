@@ -177,15 +177,23 @@ impl<'a> Cursor<'a> {
         Some((s, at))
     }
 
-    pub(crate) fn array<T>(&mut self, mut each: impl FnMut(&mut Self) -> Sure<T>) -> Sure<Vec<T>> {
+    pub(crate) fn array<T>(&mut self, each: impl FnMut(&mut Self) -> Sure<T>) -> Sure<Vec<T>> {
+        self.array_into(each)
+    }
+
+    /// `array`, into any collection (a `SmallVec` keeps a short one off the heap).
+    pub(crate) fn array_into<T, C: Default + Extend<T>>(
+        &mut self,
+        mut each: impl FnMut(&mut Self) -> Sure<T>,
+    ) -> Sure<C> {
         self.eat(b'[')?;
-        let mut out = Vec::new();
+        let mut out = C::default();
         if self.peek()? == b']' {
             self.at += 1;
             return Some(out);
         }
         loop {
-            out.push(each(self)?);
+            out.extend(Some(each(self)?));
             match self.peek()? {
                 b',' => self.at += 1,
                 b']' => {

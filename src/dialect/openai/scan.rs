@@ -15,6 +15,8 @@
 use std::borrow::Cow;
 use std::ops::Range;
 
+use smallvec::SmallVec;
+
 use super::cursor::{Cursor, Seen, Sure};
 use super::stream::{ChoiceWire, ChunkWire, DeltaWire};
 use super::wire::{CachedWire, UsageWire};
@@ -66,7 +68,7 @@ pub(super) fn chunk_after<'a>(text: &'a str, head: &mut Head) -> Option<ChunkWir
     let mut w = ChunkWire {
         id: Cow::Borrowed(""),
         model: Cow::Borrowed(""),
-        choices: Vec::new(),
+        choices: SmallVec::new(),
         usage: None,
         error: None,
     };
@@ -100,7 +102,7 @@ pub(super) fn chunk_after<'a>(text: &'a str, head: &mut Head) -> Option<ChunkWir
                 if plain {
                     end = Some((c.at, id_at.clone(), model_at.clone()));
                 }
-                w.choices = c.array(|c| choice(c, &mut spots))?;
+                w.choices = c.array_into(|c| choice(c, &mut spots))?;
             }
             "usage" => {
                 plain = false;
@@ -372,7 +374,7 @@ mod tests {
             if let Some(fast) = chunk_after(&next, &mut head) {
                 reused += usize::from(hit);
                 assert_eq!(Some(fast), serde(&next), "{first}\n{next}");
-            }
+            };
         }
         assert!(reused > 1_000, "only {reused} reused a head");
     }
@@ -394,7 +396,7 @@ mod tests {
             if let Some(fast) = chunk(&text) {
                 read_fast += 1;
                 assert_eq!(Some(fast), serde(&text), "{text}");
-            }
+            };
         }
         assert!(read_fast > 1_000, "only {read_fast} edits were read fast");
     }

@@ -59,11 +59,11 @@ struct Filled<'a> {
 impl Shape {
     /// `bytes` read as the last shaped event with its own slots, when that is all it
     /// differs in.
-    pub(super) fn read<'a>(&self, bytes: &'a [u8]) -> Sure<ChunkWire<'a>> {
+    pub(super) fn read<'a>(&self, text: &'a str) -> Sure<ChunkWire<'a>> {
         let first = self.slots.first()?.1.start;
-        let f = self.fill(bytes)?;
+        let f = self.fill(text)?;
         // `id` and `model` lie in the bytes before the first slot, as they did.
-        let head = std::str::from_utf8(&bytes[..first]).ok()?;
+        let head = text.get(..first)?;
         let field = |r: &Option<Range<usize>>| match r {
             Some(r) => head.get(r.clone()).map(Cow::Borrowed),
             None => Some(Cow::Borrowed("")),
@@ -82,7 +82,7 @@ impl Shape {
         Some(ChunkWire {
             id: field(&self.id)?,
             model: field(&self.model)?,
-            choices: vec![ChoiceWire {
+            choices: smallvec::smallvec![ChoiceWire {
                 index: self.index,
                 text,
                 delta,
@@ -98,7 +98,10 @@ impl Shape {
     }
 
     /// Each slot's new value, read between the last event's bytes around it.
-    fn fill<'a>(&self, bytes: &'a [u8]) -> Sure<Filled<'a>> {
+    /// `text` is the whole event, checked as UTF-8 once; slots begin and end at ASCII bytes
+    /// (a quote, a bracket, a colon), so slicing it there cannot fail on a whole character.
+    fn fill<'a>(&self, text: &'a str) -> Sure<Filled<'a>> {
+        let bytes = text.as_bytes();
         let mut f = Filled {
             text: "",
             token_ids: None,
@@ -116,7 +119,7 @@ impl Shape {
                 // after it start with a quote, so an escape here does not match them.
                 Slot::Text => {
                     let len = plain_run(rest)?;
-                    f.text = std::str::from_utf8(&rest[..len]).ok()?;
+                    f.text = text.get(at..at + len)?;
                     len
                 }
                 Slot::Ids => {
@@ -125,7 +128,7 @@ impl Shape {
                     len
                 }
                 Slot::Usage => {
-                    let mut c = Cursor::new(std::str::from_utf8(rest).ok()?);
+                    let mut c = Cursor::new(text.get(at..)?);
                     f.usage = c.nullable(scan::usage)?;
                     c.at
                 }
@@ -279,7 +282,7 @@ mod tests {
                 "\"a much longer token text\"",
             ] {
                 let next = first.replace(old, new);
-                let got = shape.read(next.as_bytes());
+                let got = shape.read(&next);
                 assert!(got.is_some(), "not read from the shape: {next}");
                 assert_eq!(got, serde(&next), "{next}");
             }
@@ -291,7 +294,7 @@ mod tests {
         let shape = learnt(IDS);
         for ids in ["[]", "[0]", "[7,42,4294967295]", "[1111]"] {
             let next = IDS.replace("[1111]", ids).replace(" storm", " x");
-            let got = shape.read(next.as_bytes());
+            let got = shape.read(&next);
             assert!(got.is_some(), "not read from the shape: {next}");
             assert_eq!(got, serde(&next), "{next}");
         }
@@ -306,7 +309,7 @@ mod tests {
             "[1",
         ] {
             let next = IDS.replace("[1111]", ids);
-            assert_eq!(shape.read(next.as_bytes()), None, "{next}");
+            assert_eq!(shape.read(&next), None, "{next}");
         }
     }
 
@@ -321,7 +324,7 @@ mod tests {
             "null",
         ] {
             let next = USAGE.replace(usage, new).replace("[1165]", "[1,2]");
-            let got = shape.read(next.as_bytes());
+            let got = shape.read(&next);
             assert!(got.is_some(), "not read from the shape: {next}");
             assert_eq!(got, serde(&next), "{next}");
         }
@@ -331,7 +334,7 @@ mod tests {
             r#"{"prompt_tokens":4"#,
         ] {
             let next = USAGE.replace(usage, new);
-            assert_eq!(shape.read(next.as_bytes()), None, "{next}");
+            assert_eq!(shape.read(&next), None, "{next}");
         }
     }
 
@@ -349,7 +352,7 @@ mod tests {
             ("cmpl-4a76", "cmpl-4a77"),
         ] {
             let next = VLLM.replace(old, new);
-            assert_eq!(shape.read(next.as_bytes()), None, "{next}");
+            assert_eq!(shape.read(&next), None, "{next}");
         }
     }
 
@@ -390,10 +393,10 @@ mod tests {
                 }
             };
             let Some(next) = next else { continue };
-            if let Some(got) = shape.read(next.as_bytes()) {
+            if let Some(got) = shape.read(&next) {
                 hits += 1;
                 assert_eq!(Some(got), serde(&next), "{next}");
-            }
+            };
         }
         assert!(hits > 5_000, "only {hits} read from the shape");
     }

@@ -4,6 +4,7 @@ use std::borrow::Cow;
 
 use serde::Deserialize;
 use serde_json::Value;
+use smallvec::SmallVec;
 
 use super::completions_logprobs;
 use super::scan;
@@ -48,8 +49,9 @@ pub(super) struct ChunkWire<'a> {
     pub(super) id: Cow<'a, str>,
     #[serde(default, borrow)]
     pub(super) model: Cow<'a, str>,
+    /// Nearly every event has one choice: held inline, not allocated per event.
     #[serde(default, borrow)]
-    pub(super) choices: Vec<ChoiceWire<'a>>,
+    pub(super) choices: SmallVec<[ChoiceWire<'a>; 1]>,
     pub(super) usage: Option<UsageWire>,
     pub(super) error: Option<Value>,
 }
@@ -116,10 +118,11 @@ impl Decoder {
 
     /// The event as the last one's shape or the fast reader reads it, when either is sure.
     fn fast<'a>(&mut self, data: &'a [u8]) -> Option<ChunkWire<'a>> {
-        if let Some(w) = self.shape.read(data) {
+        // Checked once for both readers: the shape slices the text it is given.
+        let text = std::str::from_utf8(data).ok()?;
+        if let Some(w) = self.shape.read(text) {
             return Some(w);
         }
-        let text = std::str::from_utf8(data).ok()?;
         let w = scan::chunk_after(text, &mut self.head)?;
         self.shape.learn(text, &w, &self.head.spots);
         Some(w)

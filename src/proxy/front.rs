@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use axum::body::Body;
-use axum::extract::{FromRequest, State};
+use axum::extract::State;
 use axum::response::Response;
 use axum::Router;
 use futures_util::future::Either;
@@ -120,8 +120,13 @@ where
 /// and copied there (it is about 8 KiB, and the copy showed in profiles).
 #[inline(never)]
 fn boxed(st: Arc<AppState>, hot: Hot, req: Request<Body>) -> HotFuture {
+    // The handlers read only the headers and the body.
+    let (parts, body) = req.into_parts();
+    let headers = parts.headers;
     Box::pin(async move {
-        let Ok(body) = ClientBody::from_request(req, &st).await;
+        let body = ClientBody::take(headers, body, ClientBody::limits(&st)).await;
+        // The handler's future (about 8 KiB) in a box of its own, made once the body is
+        // read: this one stays small, and building it here does not copy the handler's.
         Ok(Box::pin(serve_hot(st, hot, body)).await)
     })
 }

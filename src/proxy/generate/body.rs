@@ -30,15 +30,30 @@ impl FromRequest<Arc<AppState>> for ClientBody {
 
     async fn from_request(req: Request, st: &Arc<AppState>) -> Result<Self, Self::Rejection> {
         let (parts, body) = req.into_parts();
-        let limits = (
+        Ok(ClientBody::take(parts.headers, body, ClientBody::limits(st)).await)
+    }
+}
+
+impl ClientBody {
+    /// `limits.max_request_body` and `timeouts.client_body`.
+    pub fn limits(st: &AppState) -> (usize, Duration) {
+        (
             st.config.limits.max_request_body,
             st.config.timeouts.client_body,
-        );
-        let body = read(&parts.headers, body, limits).await;
-        Ok(ClientBody {
-            headers: parts.headers,
-            body,
-        })
+        )
+    }
+
+    /// Read a request's body under `limits`, keeping its headers. A future that owns only
+    /// what it needs (`from_request`'s holds the whole request and borrows the state):
+    /// `lingo serve` boxes it, and under 1 KiB glibc serves the box from its per-thread
+    /// cache (at 1.2 KiB, a profile showed 1k instructions for the allocation).
+    pub async fn take(
+        headers: HeaderMap,
+        body: axum::body::Body,
+        limits: (usize, Duration),
+    ) -> ClientBody {
+        let body = read(&headers, body, limits).await;
+        ClientBody { headers, body }
     }
 }
 

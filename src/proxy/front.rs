@@ -116,17 +116,15 @@ where
     }
 }
 
-/// Not generic, and not inlined: so the future is built in its box rather than on the stack
-/// and copied there (it is about 8 KiB, and the copy showed in profiles).
-#[inline(never)]
+/// The request's future: small (the body reader and what the handler needs), with the
+/// handler's own (about 8 KiB) boxed apart once the body is read. Boxed whole here, that
+/// one was built on the stack and copied twice into its box, which showed in profiles.
 fn boxed(st: Arc<AppState>, hot: Hot, req: Request<Body>) -> HotFuture {
     // The handlers read only the headers and the body.
     let (parts, body) = req.into_parts();
     let headers = parts.headers;
     Box::pin(async move {
         let body = ClientBody::take(headers, body, ClientBody::limits(&st)).await;
-        // The handler's future (about 8 KiB) in a box of its own, made once the body is
-        // read: this one stays small, and building it here does not copy the handler's.
         Ok(Box::pin(serve_hot(st, hot, body)).await)
     })
 }

@@ -28,7 +28,8 @@ use crate::auth;
 use crate::config::Config;
 use crate::metrics::Metrics;
 
-/// The proxy as a router: what `lingo serve` runs and what tests drive.
+/// The proxy as a router: what in-process embedders and some tests drive. `lingo serve`
+/// runs the same routes through `front`.
 pub fn app(config: Config) -> Router {
     // `serve` reports a request log that cannot be opened as an error; a router built for a
     // test goes on without it.
@@ -48,19 +49,19 @@ pub(crate) type Front = layers::Edge<front::Dispatch>;
 
 /// The router over an existing state (so `serve` can warm the state up first).
 pub fn router(state: Arc<AppState>) -> Router {
-    routes(state).0.layer(layers::edge())
+    routes(state, Some(layers::edge())).0
 }
 
 /// What `lingo serve`'s connections call: the router, with the generation routes served
 /// without it when no router layer (auth, admission) wraps them.
 fn front(state: Arc<AppState>) -> Front {
-    let (routes, bare) = routes(state.clone());
+    let (routes, bare) = routes(state.clone(), None);
     layers::edge().layer(front::Dispatch::new(routes, bare.then_some(state)))
 }
 
-/// Every route under its layers but the outermost (`Edge`), and whether the generation
-/// routes have none.
-fn routes(state: Arc<AppState>) -> (Router, bool) {
+/// Every route under its layers, `Edge` outermost when given (`front` puts it around the
+/// dispatch instead), and whether the generation routes have no other layer.
+fn routes(state: Arc<AppState>, edge: Option<layers::EdgeLayer>) -> (Router, bool) {
     let body_timeout = state.config.timeouts.client_body;
     let gate = auth::gate::Gate::new(&state.config.auth, state.metrics.clone());
     // A gate or an admission layer with nothing to check is left out: each costs a boxed
@@ -101,11 +102,14 @@ fn routes(state: Arc<AppState>) -> (Router, bool) {
         .fallback(aux::not_found)
         .with_state(state);
     // Order, outermost first: a request id exists before anything logs and a panic anywhere
-    // inside becomes a 500 rather than a dropped connection (`Edge`, added by the caller); a
-    // request without a valid key goes no further (nor is its body read). Admission (above,
-    // generation routes only) comes after auth, so unauthenticated requests never take an
-    // in-flight slot.
-    (routes.layer(option_layer(gate)), bare)
+    // inside becomes a 500 rather than a dropped connection (`Edge`); a request without a
+    // valid key goes no further (nor is its body read). Admission (above, generation routes
+    // only) comes after auth, so unauthenticated requests never take an in-flight slot. One
+    // `layer` call: each wraps every route once more.
+    let layers = ServiceBuilder::new()
+        .layer(option_layer(edge))
+        .layer(option_layer(gate));
+    (routes.layer(layers), bare)
 }
 
 /// Metrics as configured: lingo's own, plus compat names and the request log if asked.

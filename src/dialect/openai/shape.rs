@@ -57,8 +57,8 @@ struct Filled<'a> {
 }
 
 impl Shape {
-    /// `bytes` read as the last shaped event with its own slots, when that is all it
-    /// differs in.
+    /// `text` (a whole event) read as the last shaped event with its own slots, when that
+    /// is all it differs in.
     pub(super) fn read<'a>(&self, text: &'a str) -> Sure<ChunkWire<'a>> {
         let first = self.slots.first()?.1.start;
         let f = self.fill(text)?;

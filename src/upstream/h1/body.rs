@@ -162,34 +162,46 @@ pub(crate) fn poll_fill(
             }
             return Poll::Pending;
         }
-        let read = if buf.capacity() == 0 {
-            SCRATCH.with_borrow_mut(|scratch| {
-                let r = io.try_read(scratch);
-                if let Ok(n) = r {
-                    buf.extend_from_slice(&scratch[..n]);
-                }
-                r.map(|n| (n, scratch.len()))
-            })
-        } else {
-            super::reserve(buf);
-            let room = buf.capacity() - buf.len();
-            io.try_read_buf(buf).map(|n| (n, room))
-        };
-        match read {
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-            Ok((n, room)) if n > 0 && n < room => {
-                // A read that did not fill its room took all the socket had: say so to
-                // tokio now, rather than with one more read that finds nothing (a syscall
-                // per event in a stream). Data that comes after it is a new readiness
-                // event, which the clearing cannot lose.
-                let _ = io.try_io(Interest::READABLE, || {
-                    Err::<(), _>(io::ErrorKind::WouldBlock.into())
-                });
-                return Poll::Ready(Ok(n));
+        // The read runs inside `try_io` so that tokio takes its readiness snapshot before
+        // the read: a read that did not fill its room took all the socket had, and saying
+        // so (the closure's `WouldBlock`) clears only that snapshot's readiness, never an
+        // event for data that arrived after the read. (Clearing with a snapshot taken after
+        // the read lost such an event now and then, and the stream stalled with its next
+        // bytes unread in the socket.) It saves the read that would find nothing: a
+        // syscall per event in a stream.
+        let mut got = None;
+        let drained = io.try_io(Interest::READABLE, || {
+            let (n, room) = read_once(io, buf)?;
+            got = Some(n);
+            match n > 0 && n < room {
+                true => Err(io::ErrorKind::WouldBlock.into()),
+                false => Ok(n),
             }
-            done => return Poll::Ready(done.map(|(n, _)| n)),
+        });
+        match (drained, got) {
+            (Ok(n), _) => return Poll::Ready(Ok(n)),
+            (Err(e), Some(n)) if e.kind() == io::ErrorKind::WouldBlock => {
+                return Poll::Ready(Ok(n))
+            }
+            (Err(e), None) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            (Err(e), _) => return Poll::Ready(Err(e)),
         }
     }
+}
+
+/// One read into `buf` (through the thread's scratch buffer when `buf` has none): the bytes
+/// read and the room they had.
+fn read_once(io: &TcpStream, buf: &mut BytesMut) -> io::Result<(usize, usize)> {
+    if buf.capacity() == 0 {
+        return SCRATCH.with_borrow_mut(|scratch| {
+            let n = io.try_read(scratch)?;
+            buf.extend_from_slice(&scratch[..n]);
+            Ok((n, scratch.len()))
+        });
+    }
+    super::reserve(buf);
+    let room = buf.capacity() - buf.len();
+    Ok((io.try_read_buf(buf)?, room))
 }
 
 thread_local! {

@@ -49,6 +49,8 @@ pub(super) struct Spots {
     /// The event's `usage` object (braces included), which vLLM sends with every event when
     /// asked for `continuous_usage_stats`.
     pub(super) usage: Option<Range<usize>>,
+    /// The choice's `finish_reason` value, when it was `null`.
+    pub(super) finish: Option<Range<usize>>,
 }
 
 /// Where this event's head ended and where its `id` and `model` lie, once `choices` came
@@ -221,7 +223,11 @@ fn choice<'a>(c: &mut Cursor<'a>, spots: &mut Spots) -> Sure<ChoiceWire<'a>> {
                 ch.delta = c.nullable(|c| delta(c, &mut spots.content))?;
             }
             "finish_reason" => {
-                ch.finish_reason = seen.first(3).and_then(|()| c.nullable(Cursor::string))?;
+                seen.first(3)?;
+                c.ws();
+                let start = c.at;
+                ch.finish_reason = c.nullable(Cursor::string)?;
+                spots.finish = ch.finish_reason.is_none().then_some(start..c.at);
             }
             "stop_reason" => ch.stop_reason = seen.first(4).and_then(|()| c.value())?,
             "matched_stop" => ch.matched_stop = seen.first(5).and_then(|()| c.value())?,

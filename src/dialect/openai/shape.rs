@@ -10,11 +10,13 @@
 //! instructions an event in a profile of a streaming passthrough).
 //!
 //! The same holds for a `token_ids` array after the text (vLLM's, when lingo asks for the
-//! ids to translate a stream), read here in its plainest spelling only.
+//! ids to translate a stream), read here in its plainest spelling only, and for the
+//! `finish_reason` of the stream's last token (`null` in the shape, a known reason then).
 //!
 //! Only an event whose every other field is one lingo can rebuild without the old bytes
 //! gives a shape: one choice, its text (completions) or its delta's content (chat, no role),
-//! no finish, stop, logprobs, usage or error, and `id` and `model` before the text.
+//! no finish, stop, logprobs, usage or error. A shaped read leaves `id` and `model` empty
+//! (see `Shape::read`).
 
 use std::borrow::Cow;
 use std::ops::Range;
@@ -33,6 +35,9 @@ enum Slot {
     Ids,
     /// The event's `usage` object.
     Usage,
+    /// The choice's `finish_reason`: `null` in the shaped event, a plain string in its last
+    /// one (vLLM's `"length"` or `"stop"`, with nothing else changed but the text).
+    Finish,
 }
 
 #[derive(Debug, Default)]
@@ -44,30 +49,24 @@ pub(super) struct Shape {
     index: u32,
     /// The text is a chat delta's content.
     chat: bool,
-    /// Where `id` and `model` lie, before the first slot; `None` for an empty or absent one.
-    id: Option<Range<usize>>,
-    model: Option<Range<usize>>,
 }
 
 /// What an event had in its slots.
 struct Filled<'a> {
     text: &'a str,
+    finish: Option<&'static str>,
     token_ids: Option<Vec<u32>>,
     usage: Option<UsageWire>,
 }
 
 impl Shape {
-    /// `text` (a whole event) read as the last shaped event with its own slots, when that
-    /// is all it differs in.
-    pub(super) fn read<'a>(&self, text: &'a str) -> Sure<ChunkWire<'a>> {
-        let first = self.slots.first()?.1.start;
-        let f = self.fill(text)?;
-        // `id` and `model` lie in the bytes before the first slot, as they did.
-        let head = text.get(..first)?;
-        let field = |r: &Option<Range<usize>>| match r {
-            Some(r) => head.get(r.clone()).map(Cow::Borrowed),
-            None => Some(Cow::Borrowed("")),
-        };
+    /// `bytes` (a whole event) read as the last shaped event with its own slots, when that
+    /// is all it differs in. Only the text slot is checked as UTF-8: every other byte equals
+    /// the last event's, which was checked, and the pieces begin and end at ASCII bytes.
+    /// `id` and `model` are left empty: they are the last event's (they lie in the bytes it
+    /// matched), and a decoder takes them from a stream's first event, which no shape reads.
+    pub(super) fn read<'a>(&self, bytes: &'a [u8]) -> Sure<ChunkWire<'a>> {
+        let f = self.fill(bytes)?;
         let text = Some(Cow::Borrowed(f.text));
         let (text, delta) = match self.chat {
             true => (
@@ -80,13 +79,13 @@ impl Shape {
             false => (text, None),
         };
         Some(ChunkWire {
-            id: field(&self.id)?,
-            model: field(&self.model)?,
+            id: Cow::Borrowed(""),
+            model: Cow::Borrowed(""),
             choices: smallvec::smallvec![ChoiceWire {
                 index: self.index,
                 text,
                 delta,
-                finish_reason: None,
+                finish_reason: f.finish.map(Cow::Borrowed),
                 stop_reason: None,
                 matched_stop: None,
                 token_ids: f.token_ids,
@@ -97,13 +96,13 @@ impl Shape {
         })
     }
 
-    /// Each slot's new value, read between the last event's bytes around it.
-    /// `text` is the whole event, checked as UTF-8 once; slots begin and end at ASCII bytes
-    /// (a quote, a bracket, a colon), so slicing it there cannot fail on a whole character.
-    fn fill<'a>(&self, text: &'a str) -> Sure<Filled<'a>> {
-        let bytes = text.as_bytes();
+    /// Each slot's new value, read between the last event's bytes around it. Slots begin
+    /// and end at ASCII bytes (a quote, a bracket, a colon), so each one's bytes are
+    /// checked as UTF-8 on their own.
+    fn fill<'a>(&self, bytes: &'a [u8]) -> Sure<Filled<'a>> {
         let mut f = Filled {
             text: "",
+            finish: None,
             token_ids: None,
             usage: None,
         };
@@ -119,7 +118,12 @@ impl Shape {
                 // after it start with a quote, so an escape here does not match them.
                 Slot::Text => {
                     let len = plain_run(rest)?;
-                    f.text = text.get(at..at + len)?;
+                    f.text = utf8(&rest[..len])?;
+                    len
+                }
+                Slot::Finish => {
+                    let (finish, len) = finish(rest)?;
+                    f.finish = finish;
                     len
                 }
                 Slot::Ids => {
@@ -128,7 +132,7 @@ impl Shape {
                     len
                 }
                 Slot::Usage => {
-                    let mut c = Cursor::new(text.get(at..)?);
+                    let mut c = Cursor::new(utf8(rest)?);
                     f.usage = c.nullable(scan::usage)?;
                     c.at
                 }
@@ -175,6 +179,10 @@ fn shape_of(w: &ChunkWire<'_>, spots: &Spots) -> Option<Shape> {
         _ => return None,
     };
     let mut slots = vec![(Slot::Text, text.clone())];
+    // A `null` finish lingo read where it lay (absent, it has no place to change in).
+    if let Some(r) = &spots.finish {
+        slots.push((Slot::Finish, r.clone()));
+    }
     // A value lingo read must have been found where it lay.
     for (value, spot, slot) in [
         (c.token_ids.is_some(), &spots.token_ids, Slot::Ids),
@@ -187,20 +195,32 @@ fn shape_of(w: &ChunkWire<'_>, spots: &Spots) -> Option<Shape> {
         }
     }
     slots.sort_by_key(|(_, r)| r.start);
-    let first = slots[0].1.start;
-    let before = |s: &Cow<'_, str>, r: &Option<Range<usize>>| match (s.is_empty(), r) {
-        (true, _) => Some(None),
-        (false, Some(r)) if r.end < first => Some(Some(r.clone())),
-        (false, _) => None,
-    };
     Some(Shape {
         bytes: Vec::new(),
-        id: before(&w.id, &spots.id)?,
-        model: before(&w.model, &spots.model)?,
         slots,
         index: c.index,
         chat,
     })
+}
+
+fn utf8(bytes: &[u8]) -> Sure<&str> {
+    std::str::from_utf8(bytes).ok()
+}
+
+/// A `finish_reason` as serde reads an `Option<Cow<str>>`: `null`, or one of the reasons
+/// servers send, spelled plainly; and the bytes it took.
+fn finish(bytes: &[u8]) -> Sure<(Option<&'static str>, usize)> {
+    if bytes.starts_with(b"null") {
+        return Some((None, 4));
+    }
+    let reason = ["length", "stop", "abort", "tool_calls", "content_filter"]
+        .into_iter()
+        .find(|r| {
+            let quoted = bytes.get(1..r.len() + 2);
+            bytes.first() == Some(&b'"')
+                && quoted.is_some_and(|q| q.starts_with(r.as_bytes()) && q[r.len()] == b'"')
+        })?;
+    Some((Some(reason), reason.len() + 2))
 }
 
 /// A `token_ids` array as serde reads a `Vec<u32>`, in the plainest spelling only (no
@@ -251,8 +271,11 @@ mod tests {
     const USAGE: &str = r#"{"id":"cmpl-9","object":"text_completion","created":1,"model":"m","choices":[{"index":0,"text":" drum","logprobs":null,"finish_reason":null,"stop_reason":null,"token_ids":[1165]}],"usage":{"prompt_tokens":4,"total_tokens":6,"completion_tokens":2,"prompt_tokens_details":null}}"#;
     const SGLANG: &str = r#"{"id":"c1","object":"text_completion","created":1,"model":"m","choices":[{"index":2,"text":"","logprobs":null,"finish_reason":null,"matched_stop":null}],"usage":null}"#;
 
+    /// What serde reads, as a shaped read gives it (no `id` or `model`).
     fn serde(text: &str) -> Option<ChunkWire<'_>> {
-        serde_json::from_str(text).ok()
+        let mut w: ChunkWire = serde_json::from_str(text).ok()?;
+        (w.id, w.model) = (Cow::Borrowed(""), Cow::Borrowed(""));
+        Some(w)
     }
 
     /// The shape `first` leaves, read by the fast reader as a stream's decoder does.
@@ -282,7 +305,7 @@ mod tests {
                 "\"a much longer token text\"",
             ] {
                 let next = first.replace(old, new);
-                let got = shape.read(&next);
+                let got = shape.read(next.as_bytes());
                 assert!(got.is_some(), "not read from the shape: {next}");
                 assert_eq!(got, serde(&next), "{next}");
             }
@@ -294,7 +317,7 @@ mod tests {
         let shape = learnt(IDS);
         for ids in ["[]", "[0]", "[7,42,4294967295]", "[1111]"] {
             let next = IDS.replace("[1111]", ids).replace(" storm", " x");
-            let got = shape.read(&next);
+            let got = shape.read(next.as_bytes());
             assert!(got.is_some(), "not read from the shape: {next}");
             assert_eq!(got, serde(&next), "{next}");
         }
@@ -309,7 +332,7 @@ mod tests {
             "[1",
         ] {
             let next = IDS.replace("[1111]", ids);
-            assert_eq!(shape.read(&next), None, "{next}");
+            assert_eq!(shape.read(next.as_bytes()), None, "{next}");
         }
     }
 
@@ -324,7 +347,7 @@ mod tests {
             "null",
         ] {
             let next = USAGE.replace(usage, new).replace("[1165]", "[1,2]");
-            let got = shape.read(&next);
+            let got = shape.read(next.as_bytes());
             assert!(got.is_some(), "not read from the shape: {next}");
             assert_eq!(got, serde(&next), "{next}");
         }
@@ -334,7 +357,7 @@ mod tests {
             r#"{"prompt_tokens":4"#,
         ] {
             let next = USAGE.replace(usage, new);
-            assert_eq!(shape.read(&next), None, "{next}");
+            assert_eq!(shape.read(next.as_bytes()), None, "{next}");
         }
     }
 
@@ -346,14 +369,45 @@ mod tests {
             ("\" warm\"", "\"a\\nb\""),
             ("\" warm\"", "\"a\tb\""),
             ("\" warm\"", "\"a\",\"text\":\"b\""),
-            ("\"finish_reason\":null", "\"finish_reason\":\"length\""),
+            ("\"finish_reason\":null", "\"finish_reason\":\"a\\\"b\""),
+            ("\"finish_reason\":null", "\"finish_reason\":nul"),
+            ("\"finish_reason\":null", "\"finish_reason\":1"),
+            ("\"finish_reason\":null", "\"finish_reason\":\"\""),
+            ("\"finish_reason\":null", "\"finish_reason\":\"lengthy\""),
+            ("\"finish_reason\":null", "\"finish_reason\":\"stop"),
             ("\"usage\":null", "\"usage\":{\"prompt_tokens\":1}"),
             ("\"index\":0", "\"index\":1"),
             ("cmpl-4a76", "cmpl-4a77"),
         ] {
             let next = VLLM.replace(old, new);
-            assert_eq!(shape.read(&next), None, "{next}");
+            assert_eq!(shape.read(next.as_bytes()), None, "{next}");
         }
+    }
+
+    #[test]
+    fn the_last_token_with_its_finish_is_read_from_the_shape() {
+        for first in [VLLM, CHAT, IDS] {
+            let shape = learnt(first);
+            for finish in ["\"length\"", "\"stop\"", "\"abort\"", "null"] {
+                let next = first.replace(
+                    "\"finish_reason\":null",
+                    &format!("\"finish_reason\":{finish}"),
+                );
+                let got = shape.read(next.as_bytes());
+                assert!(got.is_some(), "not read from the shape: {next}");
+                assert_eq!(got, serde(&next), "{next}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_slot_that_is_not_utf8_is_not_read_from_the_shape() {
+        let shape = learnt(VLLM);
+        let mut next = VLLM.replace(" warm", " w\u{e9}rm").into_bytes();
+        let at = next.iter().position(|&b| b == 0xc3).unwrap();
+        next[at + 1] = b'x';
+        assert!(std::str::from_utf8(&next).is_err());
+        assert_eq!(shape.read(&next), None);
     }
 
     #[test]
@@ -363,7 +417,6 @@ mod tests {
             r#"{"id":"x","model":"m","choices":[{"index":0,"text":"a","logprobs":{"a":-1}}]}"#,
             r#"{"id":"x","model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}"#,
             r#"{"id":"x","model":"m","choices":[{"index":0,"text":"a\nb"}]}"#,
-            r#"{"choices":[{"index":0,"text":"a"}],"id":"after the text"}"#,
             r#"{"id":"x","choices":[{"index":0,"text":"a"},{"index":1,"text":"b"}]}"#,
             r#"{"id":"x","choices":[]}"#,
         ] {
@@ -393,7 +446,7 @@ mod tests {
                 }
             };
             let Some(next) = next else { continue };
-            if let Some(got) = shape.read(&next) {
+            if let Some(got) = shape.read(next.as_bytes()) {
                 hits += 1;
                 assert_eq!(Some(got), serde(&next), "{next}");
             };

@@ -118,11 +118,11 @@ impl Decoder {
 
     /// The event as the last one's shape or the fast reader reads it, when either is sure.
     fn fast<'a>(&mut self, data: &'a [u8]) -> Option<ChunkWire<'a>> {
-        // Checked once for both readers: the shape slices the text it is given.
-        let text = std::str::from_utf8(data).ok()?;
-        if let Some(w) = self.shape.read(text) {
+        // The shape checks only its slots as UTF-8 (the rest is the last event's bytes).
+        if let Some(w) = self.shape.read(data) {
             return Some(w);
         }
+        let text = std::str::from_utf8(data).ok()?;
         let w = scan::chunk_after(text, &mut self.head)?;
         self.shape.learn(text, &w, &self.head.spots);
         Some(w)

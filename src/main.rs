@@ -5,11 +5,6 @@ mod cli;
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
-// mimalloc's thread-local free lists: a request allocates about 70 times, and glibc's malloc
-// and free were 15% of a proxied request's instructions.
-#[global_allocator]
-static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = cli::Cli::parse();

@@ -35,14 +35,11 @@ pub(super) struct Head {
     pub(super) spots: Spots,
 }
 
-/// Where an event's `id` and `model` lie, and its last choice's parts that change from token
-/// to token: its text or delta's content (between the quotes) and its `token_ids` array
-/// (brackets included).
+/// Where an event's parts that change from token to token lie: its last choice's text or
+/// delta's content (between the quotes), `token_ids` array (brackets included) and `null`
+/// finish, and the event's `usage`.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub(super) struct Spots {
-    /// `id` and `model`, when borrowed.
-    pub(super) id: Option<Range<usize>>,
-    pub(super) model: Option<Range<usize>>,
     pub(super) text: Option<Range<usize>>,
     pub(super) content: Option<Range<usize>>,
     pub(super) token_ids: Option<Range<usize>>,
@@ -142,15 +139,11 @@ pub(super) fn chunk_after<'a>(text: &'a str, head: &mut Head) -> Option<ChunkWir
         if let Some(r) = head.model.clone() {
             w.model = Cow::Borrowed(&text[r]);
         }
-        (spots.id, spots.model) = (head.id.clone(), head.model.clone());
-    } else {
-        (spots.id, spots.model) = (id_at.clone(), model_at.clone());
-        if let Some((at, id, model)) = end {
-            head.bytes.clear();
-            head.bytes.extend_from_slice(&c.bytes[..at]);
-            head.id = id;
-            head.model = model;
-        }
+    } else if let Some((at, id, model)) = end {
+        head.bytes.clear();
+        head.bytes.extend_from_slice(&c.bytes[..at]);
+        head.id = id;
+        head.model = model;
     }
     head.spots = spots;
     Some(w)

@@ -35,8 +35,8 @@ enum Slot {
     Ids,
     /// The event's `usage` object.
     Usage,
-    /// The choice's `finish_reason`: `null` in the shaped event, a plain string in its last
-    /// one (vLLM's `"length"` or `"stop"`, with nothing else changed but the text).
+    /// The choice's `finish_reason`: `null` in the shaped event, then `null` or one of the
+    /// reasons `finish` knows (the last token's `"length"` or `"stop"`, say).
     Finish,
 }
 
@@ -213,12 +213,13 @@ fn finish(bytes: &[u8]) -> Sure<(Option<&'static str>, usize)> {
     if bytes.starts_with(b"null") {
         return Some((None, 4));
     }
+    let quoted = bytes.strip_prefix(b"\"")?;
     let reason = ["length", "stop", "abort", "tool_calls", "content_filter"]
         .into_iter()
         .find(|r| {
-            let quoted = bytes.get(1..r.len() + 2);
-            bytes.first() == Some(&b'"')
-                && quoted.is_some_and(|q| q.starts_with(r.as_bytes()) && q[r.len()] == b'"')
+            quoted
+                .strip_prefix(r.as_bytes())
+                .is_some_and(|q| q.first() == Some(&b'"'))
         })?;
     Some((Some(reason), reason.len() + 2))
 }
@@ -278,6 +279,13 @@ mod tests {
         Some(w)
     }
 
+    /// `next` read from `shape`, as serde reads it.
+    fn reads_as_serde(shape: &Shape, next: &str) {
+        let got = shape.read(next.as_bytes());
+        assert!(got.is_some(), "not read from the shape: {next}");
+        assert_eq!(got, serde(next), "{next}");
+    }
+
     /// The shape `first` leaves, read by the fast reader as a stream's decoder does.
     fn learnt(first: &str) -> Shape {
         let mut shape = Shape::default();
@@ -305,9 +313,7 @@ mod tests {
                 "\"a much longer token text\"",
             ] {
                 let next = first.replace(old, new);
-                let got = shape.read(next.as_bytes());
-                assert!(got.is_some(), "not read from the shape: {next}");
-                assert_eq!(got, serde(&next), "{next}");
+                reads_as_serde(&shape, &next);
             }
         }
     }
@@ -317,9 +323,7 @@ mod tests {
         let shape = learnt(IDS);
         for ids in ["[]", "[0]", "[7,42,4294967295]", "[1111]"] {
             let next = IDS.replace("[1111]", ids).replace(" storm", " x");
-            let got = shape.read(next.as_bytes());
-            assert!(got.is_some(), "not read from the shape: {next}");
-            assert_eq!(got, serde(&next), "{next}");
+            reads_as_serde(&shape, &next);
         }
         for ids in [
             "[01]",
@@ -347,9 +351,7 @@ mod tests {
             "null",
         ] {
             let next = USAGE.replace(usage, new).replace("[1165]", "[1,2]");
-            let got = shape.read(next.as_bytes());
-            assert!(got.is_some(), "not read from the shape: {next}");
-            assert_eq!(got, serde(&next), "{next}");
+            reads_as_serde(&shape, &next);
         }
         for new in [
             r#"{"prompt_tokens":4,"prompt_tokens":5}"#,
@@ -393,9 +395,7 @@ mod tests {
                     "\"finish_reason\":null",
                     &format!("\"finish_reason\":{finish}"),
                 );
-                let got = shape.read(next.as_bytes());
-                assert!(got.is_some(), "not read from the shape: {next}");
-                assert_eq!(got, serde(&next), "{next}");
+                reads_as_serde(&shape, &next);
             }
         }
     }

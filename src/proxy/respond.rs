@@ -107,9 +107,14 @@ impl Arrival {
 }
 
 fn labels(st: &AppState, dialect: Dialect, model: Option<&str>) -> Labels {
+    labels_for(st, dialect, model, st.upstream_name().to_string())
+}
+
+/// The labels with `upstream` given (the record's own, not a fresh name to throw away).
+fn labels_for(st: &AppState, dialect: Dialect, model: Option<&str>, upstream: String) -> Labels {
     Labels {
         dialect: dialect.label(),
-        upstream: st.upstream_name().to_string(),
+        upstream,
         model: model.map_or_else(|| "other".to_string(), |m| st.models.label(m)),
     }
 }
@@ -125,8 +130,7 @@ pub fn record(st: &AppState, dialect: Dialect, model: Option<&str>, at: &Arrival
         OpenRecord::open(st.metrics.clone(), rec)
     });
     // The upstream label stays what `Arrival::hold` made it (the endpoint's group).
-    let mut l = labels(st, dialect, model);
-    l.upstream = rec.labels.upstream.clone();
+    let l = labels_for(st, dialect, model, rec.labels.upstream.clone());
     rec.relabel(l);
     rec.model = model.map(str::to_string);
     rec.stream = at.stream;

@@ -337,7 +337,9 @@ impl Endpoint {
         if let Some(k) = self.kind_now() {
             return Some(k);
         }
-        let k = self.detect().await;
+        // Boxed: it runs until the kind is known, and inline its 1.5 KiB would be part of
+        // every request's future.
+        let k = Box::pin(self.detect()).await;
         if k.is_some() {
             self.probe_passed();
         }

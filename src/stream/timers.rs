@@ -78,28 +78,16 @@ impl Timers {
 
     /// Run `f` (the upstream exchange up to its headers, or reading a whole body) unless
     /// `total` or the shutdown deadline comes first.
-    pub async fn guard<T>(
-        &mut self,
-        f: impl Future<Output = Result<T, ProxyError>>,
-    ) -> Result<T, ProxyError> {
-        if self.drain.is_expired() {
-            return Err(ProxyError::ShuttingDown);
+    pub fn guard<F>(&mut self, f: F) -> Guarded<'_, F> {
+        let expired = self.drain.is_expired();
+        // Without `timeouts.total` (the default) there is no timer to arm at all.
+        if let (Some(deadline), false) = (self.total, expired) {
+            self.sleep.as_mut().reset(deadline);
         }
-        // `biased`: the work first, and no random draw per wake-up to pick an order. Without
-        // `timeouts.total` (the default) there is no timer to arm at all.
-        let Some(deadline) = self.total else {
-            return tokio::select! {
-                biased;
-                r = f => r,
-                () = &mut self.expired => Err(ProxyError::ShuttingDown),
-            };
-        };
-        self.sleep.as_mut().reset(deadline);
-        tokio::select! {
-            biased;
-            r = f => r,
-            () = self.sleep.as_mut() => Err(ProxyError::Timeout(Timer::Total)),
-            () = &mut self.expired => Err(ProxyError::ShuttingDown),
+        Guarded {
+            f,
+            timers: self,
+            expired,
         }
     }
 
@@ -234,5 +222,48 @@ mod tests {
         let wait = tokio::time::timeout(Duration::from_secs(60), wait);
         let (got, ()) = tokio::join!(wait, ends);
         assert_eq!(got, Ok(Err(ProxyError::ShuttingDown)));
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// `Timers::guard`'s future. Written out rather than an `async fn` around `select!`:
+    /// that one held `f` twice (as its argument and inside the select), which doubled the
+    /// upstream exchange's share of every request's future.
+    pub struct Guarded<'a, F> {
+        #[pin]
+        f: F,
+        timers: &'a mut Timers,
+        // The shutdown deadline had passed before the wait began.
+        expired: bool,
+    }
+}
+
+impl<F, T> Future for Guarded<'_, F>
+where
+    F: Future<Output = Result<T, ProxyError>>,
+{
+    type Output = Result<T, ProxyError>;
+
+    /// The work first (no random draw per wake-up to pick an order), then the timers.
+    fn poll(
+        self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        use std::task::Poll;
+        let this = self.project();
+        if *this.expired {
+            return Poll::Ready(Err(ProxyError::ShuttingDown));
+        }
+        if let Poll::Ready(r) = this.f.poll(cx) {
+            return Poll::Ready(r);
+        }
+        let timers = this.timers;
+        if timers.total.is_some() && timers.sleep.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Err(ProxyError::Timeout(Timer::Total)));
+        }
+        if Pin::new(&mut timers.expired).poll(cx).is_ready() {
+            return Poll::Ready(Err(ProxyError::ShuttingDown));
+        }
+        Poll::Pending
     }
 }

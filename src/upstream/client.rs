@@ -214,9 +214,10 @@ impl Client {
                 self.send_h1(to, &method, path, &body, headers, wait)
                     .await?
             }
+            // Boxed: `https://` only, and its future, inline, would make every request's
+            // future larger by a KiB (see `proxy::front::boxed`).
             Transport::Hyper(inner) => {
-                self.send_hyper(inner, method, path, body, headers, wait)
-                    .await?
+                Box::pin(self.send_hyper(inner, method, path, body, headers, wait)).await?
             }
         };
         Ok(UpstreamResponse {

@@ -31,7 +31,7 @@ pub async fn handle(
 ) -> Response {
     let at = respond::Arrival::new(&st, dialect, &headers);
     match body {
-        Ok(body) => run(&st, dialect, at, &headers, body).await,
+        Ok(body) => run(&st, dialect, &at, &headers, body).await,
         Err(e) => refuse(&st, dialect, &at, &e),
     }
 }
@@ -45,7 +45,7 @@ pub async fn handle_stream(
     let mut at = respond::Arrival::new(&st, dialect, &headers);
     at.stream = true;
     match body {
-        Ok(body) => run(&st, dialect, at, &headers, body).await,
+        Ok(body) => run(&st, dialect, &at, &headers, body).await,
         Err(e) => refuse(&st, dialect, &at, &e),
     }
 }
@@ -67,7 +67,7 @@ type Attempt = Result<Response, ProxyError>;
 async fn run(
     st: &Arc<AppState>,
     dialect: Dialect,
-    at: respond::Arrival,
+    at: &respond::Arrival,
     headers: &HeaderMap,
     body: Bytes,
 ) -> Response {
@@ -75,7 +75,7 @@ async fn run(
     let (pool, key) = match route(st, headers, &glance).await {
         Ok(p) => p,
         Err(e) => {
-            let rec = respond::record(st, dialect, None, &at);
+            let rec = respond::record(st, dialect, None, at);
             return respond::error(st, rec, dialect, &e);
         }
     };
@@ -90,7 +90,7 @@ async fn run(
 async fn attempts(
     st: &AppState,
     dialect: Dialect,
-    at: respond::Arrival,
+    at: &respond::Arrival,
     headers: &HeaderMap,
     body: &Bytes,
     glance: &Lazy<'_>,
@@ -119,11 +119,11 @@ async fn attempts(
         let attempt = match kind.route(dialect) {
             Route::Passthrough => {
                 let body = body.clone();
-                passthrough::handle(st, &ep, kind, dialect, headers, body, glance, &at, retry).await
+                passthrough::handle(st, &ep, kind, dialect, headers, body, glance, at, retry).await
             }
             Route::Translate(target) => {
                 let way = (dialect, target);
-                translate::handle(st, &ep, kind, way, headers, body.clone(), &at, retry).await
+                translate::handle(st, &ep, kind, way, headers, body.clone(), at, retry).await
             }
         };
         let e = match attempt {

@@ -44,7 +44,16 @@ pub(super) fn start(
         let glance = Lazy::new(&body);
         let pool = &mirror.pool;
         st.fleet.first_use().await;
-        let resp = super::attempts(&st, dialect, at, &headers, &body, &glance, pool, &Key::None);
+        let resp = super::attempts(
+            &st,
+            dialect,
+            &at,
+            &headers,
+            &body,
+            &glance,
+            pool,
+            &Key::None,
+        );
         discard(resp.await).await;
     });
 }

@@ -61,7 +61,7 @@ pub struct Endpoint {
     pub url: String,
     /// As shown: credentials masked.
     pub shown: String,
-    pub group: String,
+    pub group: Arc<str>,
     pub weight: u32,
     pub pool: Arc<str>,
     /// The `endpoint` metric label: `host:port`, or `other` beyond the pool's cap.
@@ -123,7 +123,7 @@ impl Endpoint {
             client,
             url: cfg.url.clone(),
             shown: redact_url(&cfg.url),
-            group: group.to_string(),
+            group: Arc::from(group),
             weight: cfg.weight.max(1),
             pool: s.pool,
             label: s.label,
@@ -358,13 +358,13 @@ impl Endpoint {
         let Some((kind, why)) = detect_kind(&self.client).await else {
             tracing::warn!(
                 url = self.shown,
-                group = self.group,
+                group = &*self.group,
                 "kind detection failed"
             );
             self.note_error("kind detection failed".into());
             return None;
         };
-        tracing::info!(url = self.shown, group = self.group, kind = kind.label(), %why, "detected endpoint kind");
+        tracing::info!(url = self.shown, group = &*self.group, kind = kind.label(), %why, "detected endpoint kind");
         if let Ok(mut slot) = self.kind.write() {
             *slot = Some(kind);
         }

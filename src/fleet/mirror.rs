@@ -184,6 +184,6 @@ mod tests {
             );
             assert!(text.contains(&line), "{line}\n{text}");
         }
-        assert_eq!(mirror.pool.endpoints()[0].group, "g");
+        assert_eq!(mirror.pool.endpoints()[0].group, "g".into());
     }
 }

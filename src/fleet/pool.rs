@@ -264,7 +264,7 @@ impl Pool {
             return Ok(e);
         }
         match unknown {
-            Some(group) => Err(NoPick::Unknown(group)),
+            Some(group) => Err(NoPick::Unknown(group.to_string())),
             None => Err(NoPick::Down),
         }
     }

@@ -428,7 +428,7 @@ impl Metrics {
     /// it, so the same series appear when they did.
     fn finished_in(&self, r: &RequestRecord, s: &Series) {
         let l = &r.labels;
-        let model = [l.dialect, l.upstream.as_str(), l.model.as_str()];
+        let model = [l.dialect, &*l.upstream, &*l.model];
         self.in_flight_of(s).dec();
         let (outcome, finish, key) = (r.outcome.label(), r.finish_label(), r.key_label());
         let requests = || {

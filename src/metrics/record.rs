@@ -1,5 +1,6 @@
 //! What is known about one request while it is served.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How a request ended; a closed set used as a label.
@@ -38,8 +39,10 @@ impl Outcome {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct Labels {
     pub dialect: &'static str,
-    pub upstream: String,
-    pub model: String,
+    /// Shared (an `Arc`, not a `String`): a request's labels are copied into its record, its
+    /// relabelling and its series lookup, and each copy is a reference count, not a malloc.
+    pub upstream: Arc<str>,
+    pub model: Arc<str>,
 }
 
 #[derive(Debug, Clone)]

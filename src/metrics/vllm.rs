@@ -248,7 +248,7 @@ impl VllmCompat {
     }
 
     pub fn finished(&self, r: &RequestRecord) {
-        let m = r.labels.model.as_str();
+        let m = &*r.labels.model;
         self.own(m, -1);
         self.prompt_tokens
             .with_label_values(&[m])

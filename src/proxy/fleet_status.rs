@@ -63,7 +63,7 @@ fn endpoint(e: &Endpoint) -> Value {
     json!({
         "url": e.shown,
         "kind": e.kind_now().map(|k| k.label()),
-        "group": e.group,
+        "group": &*e.group,
         "state": e.health().label(),
         "in_flight": e.in_flight(),
         "load": e.load(),

@@ -1,6 +1,6 @@
 //! Every response leaves through here, wrapped in the metered body.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use axum::body::Body;
@@ -56,13 +56,13 @@ impl Arrival {
     /// The request now belongs to an endpoint: its metrics take the endpoint's group as
     /// their `upstream` label, and the endpoint counts it in flight until the record ends
     /// (with the response body).
-    pub fn hold(&self, group: &str, ticket: crate::fleet::Ticket) {
+    pub fn hold(&self, group: &Arc<str>, ticket: crate::fleet::Ticket) {
         let mut slot = self.open.lock().unwrap_or_else(|e| e.into_inner());
         let Some(rec) = slot.as_mut() else {
             return;
         };
         let mut labels = rec.labels.clone();
-        labels.upstream = group.to_string();
+        labels.upstream = group.clone();
         rec.relabel(labels);
         rec.on_end(ticket.into_hook());
     }
@@ -75,7 +75,7 @@ impl Arrival {
         let mut slot = self.open.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(rec) = slot.as_mut() {
             let mut labels = rec.labels.clone();
-            labels.upstream = group.to_string();
+            labels.upstream = Arc::from(group);
             rec.relabel(labels);
         }
     }
@@ -107,15 +107,15 @@ impl Arrival {
 }
 
 fn labels(st: &AppState, dialect: Dialect, model: Option<&str>) -> Labels {
-    labels_for(st, dialect, model, st.upstream_name().to_string())
+    labels_for(st, dialect, model, st.upstream_label())
 }
 
 /// The labels with `upstream` given (the record's own, not a fresh name to throw away).
-fn labels_for(st: &AppState, dialect: Dialect, model: Option<&str>, upstream: String) -> Labels {
+fn labels_for(st: &AppState, dialect: Dialect, model: Option<&str>, upstream: Arc<str>) -> Labels {
     Labels {
         dialect: dialect.label(),
         upstream,
-        model: model.map_or_else(|| "other".to_string(), |m| st.models.label(m)),
+        model: model.map_or_else(|| st.models.other(), |m| st.models.label(m)),
     }
 }
 

@@ -18,7 +18,7 @@ pub struct AppState {
     pub drain: super::drain::Drain,
     /// `limits.max_in_flight`'s slots (the generation routes' layer holds a clone).
     pub admission: super::admission::Admission,
-    default_pool: String,
+    default_pool: Arc<str>,
 }
 
 impl AppState {
@@ -38,7 +38,7 @@ impl AppState {
             models,
             metrics,
             drain: super::drain::Drain::default(),
-            default_pool,
+            default_pool: default_pool.into(),
         }
     }
 
@@ -68,8 +68,8 @@ impl AppState {
 
     /// The metric label of requests not yet given to an endpoint: the default pool's name
     /// (a single upstream's `upstream.name`).
-    pub fn upstream_name(&self) -> &str {
-        &self.default_pool
+    pub fn upstream_label(&self) -> Arc<str> {
+        self.default_pool.clone()
     }
 
     /// The model for a request that names none (it goes to the default pool), discovering

@@ -2,7 +2,7 @@
 //! model the upstream lists (refreshed when the upstream says a model does not exist).
 
 use std::collections::{BTreeMap, HashSet};
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 
 use super::{list_models, Client, ModelCard};
 
@@ -10,8 +10,9 @@ pub struct Models {
     aliases: BTreeMap<String, String>,
     configured: Option<String>,
     discovered: RwLock<Vec<ModelCard>>,
-    /// Names allowed as a metric label (everything else is `other`).
-    known: RwLock<HashSet<String>>,
+    /// Names allowed as a metric label (everything else is `other`), shared with the labels.
+    known: RwLock<HashSet<Arc<str>>>,
+    other: Arc<str>,
 }
 
 impl Models {
@@ -21,24 +22,28 @@ impl Models {
             configured,
             discovered: RwLock::new(Vec::new()),
             known: RwLock::new(HashSet::new()),
+            other: Arc::from("other"),
         };
         models.rebuild_known();
         models
     }
 
     fn rebuild_known(&self) {
-        let names: HashSet<String> = self.known_names().into_iter().collect();
+        let names: HashSet<Arc<str>> = self.known_names().into_iter().map(Arc::from).collect();
         if let Ok(mut k) = self.known.write() {
             *k = names;
         }
     }
 
     /// The metric label for a model name: itself when configured or discovered, else `other`.
-    pub fn label(&self, name: &str) -> String {
-        match self.known.read() {
-            Ok(k) if k.contains(name) => name.to_string(),
-            _ => "other".to_string(),
-        }
+    pub fn label(&self, name: &str) -> Arc<str> {
+        let known = self.known.read().ok().and_then(|k| k.get(name).cloned());
+        known.unwrap_or_else(|| self.other.clone())
+    }
+
+    /// The label of a request that names no model.
+    pub fn other(&self) -> Arc<str> {
+        self.other.clone()
     }
 
     /// The upstream name for what the client asked: an alias is resolved, a name passes.

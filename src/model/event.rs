@@ -1,5 +1,7 @@
 //! The canonical stream: what one upstream frame means, independent of its framing.
 
+use compact_str::CompactString;
+
 use super::{Finish, TokenLogprob, Usage};
 
 /// The most choices one stream may carry (prompts times `n`). Encoders and the tally keep
@@ -11,8 +13,10 @@ pub const MAX_CHOICES: u32 = 16_384;
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Chunk {
     pub index: u32,
-    /// The new text only (decoders of cumulative streams compute the delta).
-    pub text: String,
+    /// The new text only (decoders of cumulative streams compute the delta). Held inline
+    /// up to 24 bytes (nearly every token's text): a stream decodes one chunk per token, and
+    /// a `String` here was one malloc and free per event.
+    pub text: CompactString,
     /// The new token ids, when the upstream sends them.
     pub token_ids: Option<Vec<u32>>,
     /// How many tokens this chunk carries, when known (from ids or cumulative counts).

@@ -111,7 +111,7 @@ impl Decoder {
 
 fn text(text: String) -> Event {
     Event::Chunk(Chunk {
-        text,
+        text: text.into(),
         ..Chunk::default()
     })
 }

@@ -117,7 +117,7 @@ impl Decoder {
             finish: w.finish(),
             usage: w.usage(),
             logprobs: w.completion_probabilities.clone().map(probabilities_from),
-            text: w.content,
+            text: w.content.into(),
         }));
         if w.stop {
             out.push(Event::Done);

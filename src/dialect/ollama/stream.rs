@@ -95,7 +95,7 @@ impl Decoder {
         // settles the count (see `Tally`).
         out.push(Event::Chunk(Chunk {
             index: 0,
-            text: w.text(),
+            text: w.text().into(),
             finish: w.finish(),
             usage: w.usage(),
             ..Chunk::default()

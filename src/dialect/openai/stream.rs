@@ -1,5 +1,6 @@
 //! Reading OpenAI-style upstream streams (completions and chat) into canonical events.
 
+use compact_str::CompactString;
 use std::borrow::Cow;
 
 use serde::Deserialize;
@@ -130,9 +131,9 @@ impl Decoder {
 
     fn choice(&self, c: ChoiceWire<'_>, usage: Option<Usage>, out: &mut Vec<Event>) {
         let (text, role) = match (self.chat, c.delta) {
-            (true, Some(d)) => (d.content.unwrap_or_default().into_owned(), d.role.is_some()),
-            (true, None) => (String::new(), false),
-            (false, _) => (c.text.unwrap_or_default().into_owned(), false),
+            (true, Some(d)) => (d.content.unwrap_or_default().into(), d.role.is_some()),
+            (true, None) => (CompactString::default(), false),
+            (false, _) => (c.text.unwrap_or_default().into(), false),
         };
         let stop = c.stop_reason.as_ref().or(c.matched_stop.as_ref());
         let finish = finish_from_wire(c.finish_reason.as_deref(), stop);

@@ -1,6 +1,7 @@
 //! `/generate` streams: the client encoder re-accumulates deltas into SGLang's cumulative
 //! chunks; the upstream decoder turns cumulative chunks back into deltas.
 
+use compact_str::CompactString;
 use bytes::{BufMut, BytesMut};
 use serde::Deserialize;
 use serde_json::Value;
@@ -253,8 +254,8 @@ impl Decoder {
         // Cumulative text: emit the new suffix; if a chunk is not an extension of the last
         // one (stop trimming can shorten it), emit nothing rather than garbage.
         let text = match w.text.get(seen.text_len..) {
-            Some(s) if w.text.is_char_boundary(seen.text_len) => s.to_string(),
-            _ => String::new(),
+            Some(s) if w.text.is_char_boundary(seen.text_len) => CompactString::from(s),
+            _ => CompactString::default(),
         };
         seen.text_len = seen.text_len.max(w.text.len());
         let ids = w.output_ids.map(|ids| {
@@ -410,7 +411,7 @@ mod tests {
                 }
                 let chunk = Event::Chunk(Chunk {
                     index,
-                    text: delta.clone(),
+                    text: delta.as_str().into(),
                     token_ids: new_ids,
                     tokens: Some(1),
                     ..Chunk::default()

@@ -1,6 +1,7 @@
 //! `/generate_stream`: one token per `data:` event, the last one with `generated_text` and
 //! (when asked) `details`; no terminator, the connection closes.
 
+use compact_str::CompactString;
 use bytes::{BufMut, BytesMut};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -292,9 +293,9 @@ impl Decoder {
             index: 0,
             // The EOS token is counted but its literal text (`</s>`) is not output.
             text: if token.special {
-                String::new()
+                CompactString::default()
             } else {
-                token.text.clone()
+                CompactString::from(token.text.as_str())
             },
             token_ids: Some(vec![token.id]),
             tokens: Some(1),

@@ -1,6 +1,7 @@
 //! Legacy `/generate` streams: newline-delimited JSON, each line every choice's whole text so
 //! far, prompt included, until the connection closes.
 
+use compact_str::CompactString;
 use bytes::BytesMut;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -111,7 +112,7 @@ impl Decoder {
             }
             let from = self.seen[i];
             let delta = match text.get(from..) {
-                Some(s) if !s.is_empty() => s.to_string(),
+                Some(s) if !s.is_empty() => CompactString::from(s),
                 _ => continue,
             };
             self.seen[i] = text.len();
@@ -160,7 +161,7 @@ mod tests {
         events
             .iter()
             .filter_map(|e| match e {
-                Event::Chunk(c) if !c.text.is_empty() => Some((c.index, c.text.clone())),
+                Event::Chunk(c) if !c.text.is_empty() => Some((c.index, c.text.to_string())),
                 _ => None,
             })
             .collect()

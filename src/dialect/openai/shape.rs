@@ -18,13 +18,15 @@
 //! no finish, stop, logprobs, usage or error. A shaped read leaves `id` and `model` empty
 //! (see `Shape::read`).
 
-use std::borrow::Cow;
 use std::ops::Range;
+
+use compact_str::CompactString;
 
 use super::cursor::{plain_run, Cursor, Sure};
 use super::scan::{self, Spots};
-use super::stream::{ChoiceWire, ChunkWire, DeltaWire};
-use super::wire::UsageWire;
+use super::stream::{ChunkWire, DeltaWire};
+use super::wire::{finish_from_wire, UsageWire};
+use crate::model::Chunk;
 
 /// A part of the last event that may change, and where it lay in it.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -47,8 +49,6 @@ pub(super) struct Shape {
     /// Its slots, in the order they come, each with where it lay.
     slots: Vec<(Slot, Range<usize>)>,
     index: u32,
-    /// The text is a chat delta's content.
-    chat: bool,
 }
 
 /// What an event had in its slots.
@@ -60,39 +60,20 @@ struct Filled<'a> {
 }
 
 impl Shape {
-    /// `bytes` (a whole event) read as the last shaped event with its own slots, when that
-    /// is all it differs in. Only the text slot is checked as UTF-8: every other byte equals
-    /// the last event's, which was checked, and the pieces begin and end at ASCII bytes.
-    /// `id` and `model` are left empty: they are the last event's (they lie in the bytes it
-    /// matched), and a decoder takes them from a stream's first event, which no shape reads.
-    pub(super) fn read<'a>(&self, bytes: &'a [u8]) -> Sure<ChunkWire<'a>> {
+    /// `bytes` (a whole event) as the chunk a decoder makes of it (`Decoder::wire`), when it
+    /// is the last shaped event with its own slots. Only the slots are checked as UTF-8:
+    /// every other byte equals the last event's, which was checked, and the pieces begin and
+    /// end at ASCII bytes. No wire structs in between: a stream reads one of these per token.
+    pub(super) fn chunk(&self, bytes: &[u8]) -> Sure<Chunk> {
         let f = self.fill(bytes)?;
-        let text = Some(Cow::Borrowed(f.text));
-        let (text, delta) = match self.chat {
-            true => (
-                None,
-                Some(DeltaWire {
-                    role: None,
-                    content: text,
-                }),
-            ),
-            false => (text, None),
-        };
-        Some(ChunkWire {
-            id: Cow::Borrowed(""),
-            model: Cow::Borrowed(""),
-            choices: smallvec::smallvec![ChoiceWire {
-                index: self.index,
-                text,
-                delta,
-                finish_reason: f.finish.map(Cow::Borrowed),
-                stop_reason: None,
-                matched_stop: None,
-                token_ids: f.token_ids,
-                logprobs: None,
-            }],
-            usage: f.usage,
-            error: None,
+        Some(Chunk {
+            index: self.index,
+            text: CompactString::from(f.text),
+            tokens: f.token_ids.as_ref().map(|t| t.len() as u32),
+            token_ids: f.token_ids,
+            finish: finish_from_wire(f.finish, None),
+            logprobs: None,
+            usage: f.usage.map(Into::into),
         })
     }
 
@@ -164,8 +145,8 @@ fn shape_of(w: &ChunkWire<'_>, spots: &Spots) -> Option<Shape> {
     if !plain || w.error.is_some() {
         return None;
     }
-    let (chat, text) = match (&c.text, &c.delta, spots) {
-        (Some(_), None, Spots { text: Some(at), .. }) => (false, at),
+    let text = match (&c.text, &c.delta, spots) {
+        (Some(_), None, Spots { text: Some(at), .. }) => at,
         (
             None,
             Some(DeltaWire {
@@ -175,7 +156,7 @@ fn shape_of(w: &ChunkWire<'_>, spots: &Spots) -> Option<Shape> {
             Spots {
                 content: Some(at), ..
             },
-        ) => (true, at),
+        ) => at,
         _ => return None,
     };
     let mut slots = vec![(Slot::Text, text.clone())];
@@ -199,7 +180,6 @@ fn shape_of(w: &ChunkWire<'_>, spots: &Spots) -> Option<Shape> {
         bytes: Vec::new(),
         slots,
         index: c.index,
-        chat,
     })
 }
 
@@ -263,6 +243,7 @@ mod tests {
     use super::super::cursor::mangle;
     use super::super::scan;
     use super::*;
+    use crate::model::Event;
 
     const VLLM: &str = r#"{"id":"cmpl-4a76","object":"text_completion","created":1796147249,"model":"mock-model","choices":[{"index":0,"text":" warm","logprobs":null,"finish_reason":null,"stop_reason":null}],"usage":null}"#;
     const CHAT: &str = r#"{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"hi"},"logprobs":null,"finish_reason":null}]}"#;
@@ -272,18 +253,24 @@ mod tests {
     const USAGE: &str = r#"{"id":"cmpl-9","object":"text_completion","created":1,"model":"m","choices":[{"index":0,"text":" drum","logprobs":null,"finish_reason":null,"stop_reason":null,"token_ids":[1165]}],"usage":{"prompt_tokens":4,"total_tokens":6,"completion_tokens":2,"prompt_tokens_details":null}}"#;
     const SGLANG: &str = r#"{"id":"c1","object":"text_completion","created":1,"model":"m","choices":[{"index":2,"text":"","logprobs":null,"finish_reason":null,"matched_stop":null}],"usage":null}"#;
 
-    /// What serde reads, as a shaped read gives it (no `id` or `model`).
-    fn serde(text: &str) -> Option<ChunkWire<'_>> {
-        let mut w: ChunkWire = serde_json::from_str(text).ok()?;
-        (w.id, w.model) = (Cow::Borrowed(""), Cow::Borrowed(""));
-        Some(w)
+    /// The chunk a decoder makes of serde's reading of `next`, when it makes exactly one
+    /// (after the `Start` a stream's first event gives).
+    fn decoded(next: &str) -> Option<Chunk> {
+        let w = serde_json::from_str(next).ok()?;
+        let mut d = super::super::stream::Decoder::new(next.contains("\"delta\""));
+        let mut out = Vec::new();
+        d.wire(w, &mut out);
+        match out.as_slice() {
+            [Event::Start { .. }, Event::Chunk(c)] => Some(c.clone()),
+            _ => None,
+        }
     }
 
-    /// `next` read from `shape`, as serde reads it.
+    /// `next` read from `shape`, as serde and the decoder read it.
     fn reads_as_serde(shape: &Shape, next: &str) {
-        let got = shape.read(next.as_bytes());
+        let got = shape.chunk(next.as_bytes());
         assert!(got.is_some(), "not read from the shape: {next}");
-        assert_eq!(got, serde(next), "{next}");
+        assert_eq!(got, decoded(next), "{next}");
     }
 
     /// The shape `first` leaves, read by the fast reader as a stream's decoder does.
@@ -336,7 +323,7 @@ mod tests {
             "[1",
         ] {
             let next = IDS.replace("[1111]", ids);
-            assert_eq!(shape.read(next.as_bytes()), None, "{next}");
+            assert_eq!(shape.chunk(next.as_bytes()), None, "{next}");
         }
     }
 
@@ -359,7 +346,7 @@ mod tests {
             r#"{"prompt_tokens":4"#,
         ] {
             let next = USAGE.replace(usage, new);
-            assert_eq!(shape.read(next.as_bytes()), None, "{next}");
+            assert_eq!(shape.chunk(next.as_bytes()), None, "{next}");
         }
     }
 
@@ -382,7 +369,7 @@ mod tests {
             ("cmpl-4a76", "cmpl-4a77"),
         ] {
             let next = VLLM.replace(old, new);
-            assert_eq!(shape.read(next.as_bytes()), None, "{next}");
+            assert_eq!(shape.chunk(next.as_bytes()), None, "{next}");
         }
     }
 
@@ -407,7 +394,7 @@ mod tests {
         let at = next.iter().position(|&b| b == 0xc3).unwrap();
         next[at + 1] = b'x';
         assert!(std::str::from_utf8(&next).is_err());
-        assert_eq!(shape.read(&next), None);
+        assert_eq!(shape.chunk(&next), None);
     }
 
     #[test]
@@ -446,9 +433,9 @@ mod tests {
                 }
             };
             let Some(next) = next else { continue };
-            if let Some(got) = shape.read(next.as_bytes()) {
+            if let Some(got) = shape.chunk(next.as_bytes()) {
                 hits += 1;
-                assert_eq!(Some(got), serde(&next), "{next}");
+                assert_eq!(Some(got), decoded(&next), "{next}");
             };
         }
         assert!(hits > 5_000, "only {hits} read from the shape");

@@ -83,19 +83,30 @@ impl Decoder {
             out.push(Event::Done);
             return Ok(());
         }
-        // The fast readers give serde's answer when they are sure of it, else serde reads.
+        // Most events are the last one with a new token: read straight into the chunk.
+        if let Some(c) = self.shape.chunk(&frame.data) {
+            out.push(Event::Chunk(c));
+            return Ok(());
+        }
+        // The fast reader gives serde's answer when it is sure of it, else serde reads.
         let w: ChunkWire = match self.fast(&frame.data) {
             Some(w) => w,
             None => crate::dialect::json::from_bytes(&frame.data)
                 .map_err(|e| ProxyError::UpstreamProtocol(format!("stream chunk: {e}")))?,
         };
+        self.wire(w, out);
+        Ok(())
+    }
+
+    /// The events one read event gives.
+    pub(super) fn wire(&mut self, w: ChunkWire<'_>, out: &mut Vec<Event>) {
         if let Some(err) = w.error {
             let message = match err.get("message") {
                 Some(Value::String(s)) => s.clone(),
                 _ => err.to_string(),
             };
             out.push(Event::Error { message });
-            return Ok(());
+            return;
         }
         if !self.started {
             self.started = true;
@@ -114,15 +125,10 @@ impl Decoder {
         for c in w.choices {
             self.choice(c, usage.filter(|_| single), out);
         }
-        Ok(())
     }
 
-    /// The event as the last one's shape or the fast reader reads it, when either is sure.
+    /// The event as the fast reader reads it, when it is sure; it teaches the shape.
     fn fast<'a>(&mut self, data: &'a [u8]) -> Option<ChunkWire<'a>> {
-        // The shape checks only its slots as UTF-8 (the rest is the last event's bytes).
-        if let Some(w) = self.shape.read(data) {
-            return Some(w);
-        }
         let text = std::str::from_utf8(data).ok()?;
         let w = scan::chunk_after(text, &mut self.head)?;
         self.shape.learn(text, &w, &self.head.spots);

@@ -1,8 +1,8 @@
 //! `/generate` streams: the client encoder re-accumulates deltas into SGLang's cumulative
 //! chunks; the upstream decoder turns cumulative chunks back into deltas.
 
-use compact_str::CompactString;
 use bytes::{BufMut, BytesMut};
+use compact_str::CompactString;
 use serde::Deserialize;
 use serde_json::Value;
 

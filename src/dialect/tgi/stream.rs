@@ -1,8 +1,8 @@
 //! `/generate_stream`: one token per `data:` event, the last one with `generated_text` and
 //! (when asked) `details`; no terminator, the connection closes.
 
-use compact_str::CompactString;
 use bytes::{BufMut, BytesMut};
+use compact_str::CompactString;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 

@@ -1,8 +1,8 @@
 //! Legacy `/generate` streams: newline-delimited JSON, each line every choice's whole text so
 //! far, prompt included, until the connection closes.
 
-use compact_str::CompactString;
 use bytes::BytesMut;
+use compact_str::CompactString;
 use serde::Deserialize;
 use serde_json::{json, Value};
 

@@ -13,6 +13,7 @@ pub mod mock;
 pub mod model;
 pub mod netstamp;
 pub mod proxy;
+pub mod shard;
 pub mod stream;
 pub mod top;
 pub mod upstream;

@@ -51,6 +51,9 @@ pub struct ServeArgs {
     /// Record no metrics (to measure their cost).
     #[arg(long, env = "LINGO_NO_METRICS")]
     pub no_metrics: bool,
+    /// Serve client connections on this many single-threaded runtimes (`workers`).
+    #[arg(long, env = "LINGO_WORKERS")]
+    pub workers: Option<usize>,
     /// Serve /metrics on the client port too: true or false [default: true].
     #[arg(long, env = "LINGO_METRICS_ON_CLIENT_PORT")]
     pub metrics_on_client_port: Option<bool>,
@@ -247,6 +250,9 @@ impl ServeArgs {
         }
         if self.no_metrics {
             c.metrics.disabled = true;
+        }
+        if self.workers.is_some() {
+            c.workers = self.workers;
         }
         if let Some(v) = &self.request_log {
             c.metrics.request_log = Some(v.clone());

@@ -66,6 +66,10 @@ pub struct Config {
     pub health: HealthConfig,
     /// The engines' load figures, polled per endpoint (see `fleet.rs`).
     pub load: LoadConfig,
+    /// Serve client connections on this many threads, each its own single-threaded runtime
+    /// with its own upstream connections (as nginx's `worker_processes`). Default: none,
+    /// tokio's one work-stealing runtime (`TOKIO_WORKER_THREADS` sets its threads).
+    pub workers: Option<usize>,
 }
 
 /// Extra metric names to export beside lingo's own.
@@ -130,6 +134,7 @@ impl Default for Config {
             discovery: Default::default(),
             health: HealthConfig::default(),
             load: LoadConfig::default(),
+            workers: None,
         }
     }
 }
@@ -374,6 +379,9 @@ impl Config {
             if d.is_zero() {
                 return Err(invalid(key, "must be greater than zero"));
             }
+        }
+        if self.workers.is_some_and(|n| n == 0 || n > 1024) {
+            return Err(invalid("workers", "must be from 1 to 1024"));
         }
         self.validate_limits()?;
         self.validate_auth()

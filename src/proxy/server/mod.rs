@@ -5,6 +5,7 @@
 mod conn;
 mod h1;
 mod limit;
+mod workers;
 
 pub use limit::default_max_connections;
 
@@ -50,6 +51,20 @@ pub(super) async fn run(
         header: t.client_header,
         idle: t.client_idle,
     });
+    match state.config.workers {
+        None => accept(listener, &state, shared, shutdown).await,
+        Some(n) => workers::run(listener, state, shared, n, shutdown).await,
+    }
+}
+
+/// Accept and serve connections on the current runtime until `shutdown` resolves or the
+/// drain starts, then drain them.
+async fn accept(
+    listener: TcpListener,
+    state: &Arc<AppState>,
+    shared: Arc<conn::Shared>,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> std::io::Result<()> {
     let mut tasks = JoinSet::new();
     let mut errors = Throttle::default();
     tokio::pin!(shutdown);
@@ -64,7 +79,7 @@ pub(super) async fn run(
         }
     }
     drop(listener);
-    drain(&state, &mut tasks).await;
+    drain(state, &mut tasks).await;
     Ok(())
 }
 

@@ -19,6 +19,9 @@ pub struct Conn {
 struct Idle {
     io: TcpStream,
     since: Instant,
+    /// The runtime whose I/O driver the socket is registered with (`crate::shard`): only
+    /// tasks of that runtime take it, as its readiness comes from that runtime alone.
+    shard: u32,
 }
 
 struct Inner {
@@ -56,8 +59,13 @@ impl Pool {
     pub(super) fn checkout(&self) -> Option<Conn> {
         let now = Instant::now();
         let timeout = self.inner.settings.idle_timeout;
+        let shard = crate::shard::current();
         loop {
-            let idle = self.lock().pop()?;
+            let idle = {
+                let mut idle = self.lock();
+                let at = idle.iter().rposition(|c| c.shard == shard)?;
+                idle.remove(at)
+            };
             if now.duration_since(idle.since) >= timeout {
                 continue;
             }
@@ -101,7 +109,11 @@ impl Pool {
         if idle.len() >= self.inner.settings.max_idle {
             idle.remove(0);
         }
-        idle.push(Idle { io, since: now });
+        idle.push(Idle {
+            io,
+            since: now,
+            shard: crate::shard::current(),
+        });
     }
 
     /// Idle connections now held (for tests).
@@ -148,4 +160,38 @@ fn spawn_reaper(pool: Weak<Inner>) {
             prune(&mut idle, Instant::now(), p.settings.idle_timeout);
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    /// A connection is taken again only on the runtime (shard) that registered it.
+    #[tokio::test]
+    async fn an_idle_connection_is_taken_only_by_its_own_runtime() {
+        let server = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = server.local_addr().unwrap().port();
+        let settings = Settings {
+            idle_timeout: Duration::from_secs(60),
+            connect_timeout: Duration::from_secs(5),
+            max_idle: 8,
+        };
+        let pool = Pool::new("127.0.0.1", port, settings);
+        crate::shard::set(1);
+        let conn = pool.connect().await.unwrap();
+        let _accepted = server.accept().await.unwrap();
+        pool.checkin(conn.io);
+        crate::shard::set(2);
+        assert!(
+            pool.checkout().is_none(),
+            "shard 2 took shard 1's connection"
+        );
+        assert_eq!(pool.idle(), 1);
+        crate::shard::set(1);
+        assert!(pool.checkout().is_some(), "shard 1 lost its own connection");
+        assert_eq!(pool.idle(), 0);
+        crate::shard::set(0);
+    }
 }

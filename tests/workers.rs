@@ -1,0 +1,119 @@
+//! `--workers n`: client connections served on n single-threaded runtimes. Requests over
+//! many connections at once all answer, are each counted once, and a drain still lets an
+//! in-flight stream finish and exits 0.
+
+#![allow(clippy::unwrap_used)]
+
+#[path = "common/child.rs"]
+mod child;
+mod common;
+
+use std::time::Duration;
+
+use lingo::mock::MockKind;
+use serde_json::json;
+
+const BOUND: Duration = Duration::from_secs(20);
+
+async fn lingo_with_workers(mock: &common::Mock, grace: &str) -> child::Lingo {
+    let url = mock.url();
+    let args = [
+        "--upstream",
+        &url,
+        "--upstream-kind",
+        "vllm",
+        "--workers",
+        "2",
+        "--timeout-shutdown-grace",
+        grace,
+    ];
+    child::spawn(None, &args).await
+}
+
+#[tokio::test]
+async fn requests_over_many_connections_answer_and_are_counted_once() {
+    let mock = common::mock(MockKind::Vllm).await;
+    let mut lingo = lingo_with_workers(&mock, "5s").await;
+    let url = format!("{}/v1/completions", lingo.url());
+    // 16 clients (their own connection pools) of 8 requests each, half of them streamed.
+    let mut tasks = tokio::task::JoinSet::new();
+    for c in 0..16 {
+        let url = url.clone();
+        tasks.spawn(async move {
+            let client = common::client();
+            let mut tokens = 0;
+            for i in 0..8 {
+                let stream = (c + i) % 2 == 0;
+                let body = json!({"model": "mock-model", "prompt": "a b", "max_tokens": 4,
+                                  "ignore_eos": true, "stream": stream});
+                let resp = client.post(&url).json(&body).send().await.unwrap();
+                assert_eq!(resp.status(), 200);
+                let text = resp.text().await.unwrap();
+                tokens += match stream {
+                    true => common::sse_events(&text).len() - 1,
+                    false => {
+                        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+                        v["usage"]["completion_tokens"].as_u64().unwrap() as usize
+                    }
+                };
+            }
+            tokens
+        });
+    }
+    let mut tokens = 0;
+    while let Some(t) = tokio::time::timeout(BOUND, tasks.join_next())
+        .await
+        .unwrap()
+    {
+        tokens += t.unwrap();
+    }
+    assert_eq!(tokens, 16 * 8 * 4);
+    let text = common::scrape(&lingo.url()).await;
+    let counted = common::sum(&text, "lingo_requests_total", &[("outcome", "ok")]);
+    assert_eq!(counted, 128.0, "{text}");
+    let on_workers = common::eventually(|| lingo.log().contains("workers=2")).await;
+    assert!(on_workers, "no worker threads started:\n{}", lingo.log());
+    lingo.signal("TERM");
+    let status = lingo.exit_status(BOUND).await;
+    assert!(status.success(), "{status:?}\n{}", lingo.log());
+}
+
+#[tokio::test]
+async fn a_stream_in_flight_at_sigterm_finishes_and_lingo_exits_0() {
+    let mock = common::mock(MockKind::Vllm).await;
+    mock.state.hold_after(2);
+    let mut lingo = lingo_with_workers(&mock, "30s").await;
+    let body = json!({"model": "mock-model", "prompt": "a b", "max_tokens": 16,
+                      "ignore_eos": true, "stream": true});
+    let url = format!("{}/v1/completions", lingo.url());
+    let mut resp = common::post_json(&url, &body).await;
+    assert_eq!(resp.status(), 200);
+    let mut text = String::from_utf8_lossy(&resp.chunk().await.unwrap().unwrap()).into_owned();
+    tokio::time::timeout(BOUND, mock.state.wait_for(|s| s.in_flight == 1))
+        .await
+        .unwrap();
+    lingo.signal("TERM");
+    // The listener closes once the drain starts; the held stream goes on.
+    let mut refused = false;
+    for _ in 0..200 {
+        if tokio::net::TcpStream::connect(lingo.addr).await.is_err() {
+            refused = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(refused, "still accepting while draining\n{}", lingo.log());
+    mock.state.release();
+    while let Some(c) = tokio::time::timeout(BOUND, resp.chunk())
+        .await
+        .unwrap()
+        .unwrap()
+    {
+        text.push_str(&String::from_utf8_lossy(&c));
+    }
+    let events = common::sse_events(&text);
+    assert_eq!(events.len(), 17, "{text}");
+    assert_eq!(events.last(), Some(&json!("[DONE]")), "{text}");
+    let status = lingo.exit_status(BOUND).await;
+    assert!(status.success(), "{status:?}\n{}", lingo.log());
+}

@@ -1,6 +1,6 @@
 //! `--workers n`: client connections served on n single-threaded runtimes. Requests over
 //! many connections at once all answer, are each counted once, and a drain still lets an
-//! in-flight stream finish and exits 0.
+//! in-flight stream finish and exits 0, and HTTP/2 streams on one connection are served.
 
 #![allow(clippy::unwrap_used)]
 
@@ -114,6 +114,50 @@ async fn a_stream_in_flight_at_sigterm_finishes_and_lingo_exits_0() {
     let events = common::sse_events(&text);
     assert_eq!(events.len(), 17, "{text}");
     assert_eq!(events.last(), Some(&json!("[DONE]")), "{text}");
+    let status = lingo.exit_status(BOUND).await;
+    assert!(status.success(), "{status:?}\n{}", lingo.log());
+}
+
+#[tokio::test]
+async fn http2_streams_on_one_connection_are_served_by_a_worker() {
+    use http_body_util::{BodyExt, Full};
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+
+    let mock = common::mock(MockKind::Vllm).await;
+    let mut lingo = lingo_with_workers(&mock, "5s").await;
+    let tcp = tokio::net::TcpStream::connect(lingo.addr).await.unwrap();
+    let (send, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    let body = json!({"model": "mock-model", "prompt": "a b", "max_tokens": 4,
+                      "ignore_eos": true});
+    let mut streams = tokio::task::JoinSet::new();
+    for _ in 0..8 {
+        let mut send = send.clone();
+        let req = http::Request::post(format!("http://{}/v1/completions", lingo.addr))
+            .header("content-type", "application/json")
+            .body(Full::new(bytes::Bytes::from(body.to_string())))
+            .unwrap();
+        streams.spawn(async move {
+            let resp = send.send_request(req).await.unwrap();
+            assert_eq!(resp.version(), http::Version::HTTP_2);
+            assert_eq!(resp.status(), 200);
+            let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+            let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+            v["usage"]["completion_tokens"].as_u64().unwrap()
+        });
+    }
+    let mut tokens = 0;
+    while let Some(t) = tokio::time::timeout(BOUND, streams.join_next())
+        .await
+        .unwrap()
+    {
+        tokens += t.unwrap();
+    }
+    assert_eq!(tokens, 8 * 4);
+    lingo.signal("TERM");
     let status = lingo.exit_status(BOUND).await;
     assert!(status.success(), "{status:?}\n{}", lingo.log());
 }

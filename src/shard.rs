@@ -1,5 +1,5 @@
 //! Which runtime the current thread belongs to, with `workers` set (one single-threaded
-//! runtime per worker thread, see `proxy::server::run_workers`): 0 on tokio's shared runtime,
+//! runtime per worker thread, see `proxy::server::workers`): 0 on tokio's shared runtime,
 //! 1..=n on the workers. Upstream connections are kept per runtime (`upstream::h1::pool`).
 
 use std::cell::Cell;

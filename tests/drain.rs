@@ -1,7 +1,7 @@
 //! Graceful drain of a lingo process: on SIGTERM `/ready` turns 503, the listener closes,
 //! half-sent requests are dropped, in-flight requests run on for `shutdown_grace`, then lingo
 //! exits 0, a stream still open at the deadline ending with its dialect's error; a second
-//! signal exits at once.
+//! signal exits at once. The first two also with `--workers 2`.
 
 #![allow(clippy::unwrap_used)]
 
@@ -22,26 +22,29 @@ const BOUND: Duration = Duration::from_secs(20);
 
 /// A mock vLLM whose streams pause after two tokens, and a lingo process in front of it.
 async fn held(grace: &str) -> (common::Mock, child::Lingo) {
+    held_on(grace, &[]).await
+}
+
+/// `held`, with more flags for lingo (`--workers 2`: the drain on worker runtimes).
+async fn held_on(grace: &str, more: &[&str]) -> (common::Mock, child::Lingo) {
     let mock = common::mock(MockKind::Vllm).await;
     mock.state.hold_after(2);
     let url = mock.url();
-    let lingo = child::spawn(
-        None,
-        &[
-            "--upstream",
-            &url,
-            "--upstream-kind",
-            "vllm",
-            "--metrics-listen",
-            "127.0.0.1:0",
-            "--timeout-shutdown-grace",
-            grace,
-            // Long, so only the drain can close a half-sent request.
-            "--timeout-client-header",
-            "60s",
-        ],
-    )
-    .await;
+    let mut args = vec![
+        "--upstream",
+        &url,
+        "--upstream-kind",
+        "vllm",
+        "--metrics-listen",
+        "127.0.0.1:0",
+        "--timeout-shutdown-grace",
+        grace,
+        // Long, so only the drain can close a half-sent request.
+        "--timeout-client-header",
+        "60s",
+    ];
+    args.extend_from_slice(more);
+    let lingo = child::spawn(None, &args).await;
     (mock, lingo)
 }
 
@@ -95,7 +98,16 @@ async fn until_unready(lingo: &child::Lingo) {
 
 #[tokio::test]
 async fn sigterm_refuses_new_work_drops_half_sent_requests_and_exits_0() {
-    let (mock, mut lingo) = held("1s").await;
+    refuses_new_work_and_exits_0(&[]).await;
+}
+
+#[tokio::test]
+async fn on_worker_runtimes_sigterm_refuses_new_work_and_exits_0() {
+    refuses_new_work_and_exits_0(&["--workers", "2"]).await;
+}
+
+async fn refuses_new_work_and_exits_0(more: &[&str]) {
+    let (mock, mut lingo) = held_on("1s", more).await;
     assert_eq!(ready_status(&lingo).await, 200);
     let (mut stream, first) = open_stream(&mock, &lingo).await;
     let mut half = TcpStream::connect(lingo.addr).await.unwrap();
@@ -128,7 +140,16 @@ async fn sigterm_refuses_new_work_drops_half_sent_requests_and_exits_0() {
 
 #[tokio::test]
 async fn in_flight_streams_finish_within_the_grace_period() {
-    let (mock, mut lingo) = held("30s").await;
+    in_flight_streams_finish(&[]).await;
+}
+
+#[tokio::test]
+async fn on_worker_runtimes_in_flight_streams_finish_within_the_grace_period() {
+    in_flight_streams_finish(&["--workers", "2"]).await;
+}
+
+async fn in_flight_streams_finish(more: &[&str]) {
+    let (mock, mut lingo) = held_on("30s", more).await;
     let (mut stream, first) = open_stream(&mock, &lingo).await;
     lingo.signal("TERM");
     until_unready(&lingo).await;

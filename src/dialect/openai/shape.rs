@@ -15,8 +15,8 @@
 //!
 //! Only an event whose every other field is one lingo can rebuild without the old bytes
 //! gives a shape: one choice, its text (completions) or its delta's content (chat, no role),
-//! no finish, stop, logprobs, usage or error. A shaped read leaves `id` and `model` empty
-//! (see `Shape::read`).
+//! no finish, stop, logprobs, usage or error. A shaped read gives only the chunk: `id` and
+//! `model` are the last event's, and a decoder takes them from a stream's first event.
 
 use std::ops::Range;
 

@@ -1,8 +1,8 @@
 //! Reading OpenAI-style upstream streams (completions and chat) into canonical events.
 
-use compact_str::CompactString;
 use std::borrow::Cow;
 
+use compact_str::CompactString;
 use serde::Deserialize;
 use serde_json::Value;
 use smallvec::SmallVec;

@@ -34,7 +34,7 @@
 #   PARTS="instant realistic memory"   which parts to run
 #   INSTALL=1         install what is missing (0: skip what is missing)
 #   LINGO_BIN=path    measure this lingo binary instead of building this checkout's
-#   LINGO_WORKERS=n   lingo serve's `workers` (read by lingo itself; unset: tokio's runtime)
+#   LINGO_WORKERS=n   lingo serve's `workers` (read by lingo itself; unset: one per core; 0: tokio's)
 #   KEEP=1            keep the work directory (every process's log, the bench JSON) at exit
 #
 # Installs (as root, when missing): nginx-light and wrk from Debian; sglang-router and

@@ -1,7 +1,8 @@
 //! Graceful drain of a lingo process: on SIGTERM `/ready` turns 503, the listener closes,
 //! half-sent requests are dropped, in-flight requests run on for `shutdown_grace`, then lingo
 //! exits 0, a stream still open at the deadline ending with its dialect's error; a second
-//! signal exits at once. The first two also with `--workers 2`.
+//! signal exits at once. The first two also with `--workers 0` (tokio's shared runtime, not
+//! the default worker runtimes).
 
 #![allow(clippy::unwrap_used)]
 
@@ -25,7 +26,7 @@ async fn held(grace: &str) -> (common::Mock, child::Lingo) {
     held_on(grace, &[]).await
 }
 
-/// `held`, with more flags for lingo (`--workers 2`: the drain on worker runtimes).
+/// `held`, with more flags for lingo (`--workers 0`: the drain on tokio's shared runtime).
 async fn held_on(grace: &str, more: &[&str]) -> (common::Mock, child::Lingo) {
     let mock = common::mock(MockKind::Vllm).await;
     mock.state.hold_after(2);
@@ -102,8 +103,8 @@ async fn sigterm_refuses_new_work_drops_half_sent_requests_and_exits_0() {
 }
 
 #[tokio::test]
-async fn on_worker_runtimes_sigterm_refuses_new_work_and_exits_0() {
-    refuses_new_work_and_exits_0(&["--workers", "2"]).await;
+async fn on_the_shared_runtime_sigterm_refuses_new_work_and_exits_0() {
+    refuses_new_work_and_exits_0(&["--workers", "0"]).await;
 }
 
 async fn refuses_new_work_and_exits_0(more: &[&str]) {
@@ -144,8 +145,8 @@ async fn in_flight_streams_finish_within_the_grace_period() {
 }
 
 #[tokio::test]
-async fn on_worker_runtimes_in_flight_streams_finish_within_the_grace_period() {
-    in_flight_streams_finish(&["--workers", "2"]).await;
+async fn on_the_shared_runtime_in_flight_streams_finish_within_the_grace_period() {
+    in_flight_streams_finish(&["--workers", "0"]).await;
 }
 
 async fn in_flight_streams_finish(more: &[&str]) {

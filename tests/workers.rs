@@ -1,6 +1,7 @@
-//! `--workers n`: client connections served on n single-threaded runtimes. Requests over
-//! many connections at once all answer and are each counted once, and HTTP/2 streams on
-//! one connection are served (the drain under workers: `tests/drain.rs`).
+//! `--workers n`: client connections served on n single-threaded runtimes, by default one
+//! per core, 0 for tokio's shared runtime. Requests over many connections at once all
+//! answer and are each counted once, and HTTP/2 streams on one connection are served (the
+//! drain under workers: `tests/drain.rs`).
 
 #![allow(clippy::unwrap_used)]
 
@@ -14,6 +15,38 @@ use lingo::mock::MockKind;
 use serde_json::json;
 
 const BOUND: Duration = Duration::from_secs(20);
+
+#[tokio::test]
+async fn by_default_one_worker_per_core_and_none_with_0() {
+    let mock = common::mock(MockKind::Vllm).await;
+    let url = mock.url();
+    let cores = std::thread::available_parallelism().unwrap().get();
+    for (flags, want) in [(vec![], Some(cores)), (vec!["--workers", "0"], None)] {
+        let mut args = vec!["--upstream", &url, "--upstream-kind", "vllm"];
+        args.extend(flags);
+        let mut lingo = child::spawn(None, &args).await;
+        let body = json!({"model": "mock-model", "prompt": "a b", "max_tokens": 2});
+        let resp = common::client()
+            .post(format!("{}/v1/completions", lingo.url()))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+        // The main thread may log the workers after one of them has answered.
+        let field = want.map(|n| format!("workers={n}"));
+        let has = |log: &str| log.split_whitespace().any(|w| Some(w) == field.as_deref());
+        if want.is_some() {
+            let logged = common::eventually(|| has(&lingo.log())).await;
+            assert!(logged, "want {field:?}:\n{}", lingo.log());
+        }
+        let log = lingo.log();
+        assert_eq!(log.contains("worker threads"), want.is_some(), "{log}");
+        lingo.signal("TERM");
+        let status = lingo.exit_status(BOUND).await;
+        assert!(status.success(), "{status:?}\n{log}");
+    }
+}
 
 async fn lingo_with_workers(mock: &common::Mock, grace: &str) -> child::Lingo {
     let url = mock.url();
@@ -120,4 +153,40 @@ async fn http2_streams_on_one_connection_are_served_by_a_worker() {
     lingo.signal("TERM");
     let status = lingo.exit_status(BOUND).await;
     assert!(status.success(), "{status:?}\n{}", lingo.log());
+}
+
+/// `proxy::serve` embedded in a runtime that shuts down (as each in-process test's does):
+/// its worker threads stop with it and close their copies of the listening socket, so
+/// nothing of lingo outlives the runtime (the request log's writer waits for their state).
+#[test]
+fn serve_dropped_with_its_runtime_stops_its_workers() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let addr = rt.block_on(async {
+        let mock = common::mock(MockKind::Vllm).await;
+        let mut config = common::config_for(&mock.url(), lingo::upstream::KindSetting::Vllm);
+        config.workers = Some(2);
+        let addr = common::serving(config).await;
+        let body = json!({"model": "mock-model", "prompt": "a b", "max_tokens": 2});
+        let resp = common::client()
+            .post(format!("http://{addr}/v1/completions"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+        addr
+    });
+    drop(rt);
+    // A socket still open anywhere takes the connection into its backlog.
+    let check = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let closed = check.block_on(common::eventually(|| {
+        std::net::TcpStream::connect(addr).is_err()
+    }));
+    assert!(closed, "a worker still listens on {addr}");
 }

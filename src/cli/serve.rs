@@ -51,7 +51,8 @@ pub struct ServeArgs {
     /// Record no metrics (to measure their cost).
     #[arg(long, env = "LINGO_NO_METRICS")]
     pub no_metrics: bool,
-    /// Serve client connections on this many single-threaded runtimes (`workers`).
+    /// Serve client connections on this many single-threaded runtimes (`workers`; default
+    /// one per core; 0: tokio's shared runtime).
     #[arg(long, env = "LINGO_WORKERS")]
     pub workers: Option<usize>,
     /// Serve /metrics on the client port too: true or false [default: true].

@@ -17,6 +17,9 @@ pub use fleet::{
     check_url, EndpointConfig, HealthConfig, LoadConfig, MirrorConfig, Policy, PoolConfig,
 };
 
+/// The most `workers` lingo accepts (a typo guard: each is a thread and a runtime).
+const MAX_WORKERS: usize = 1024;
+
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("cannot read {path}: {source}")]
@@ -67,8 +70,9 @@ pub struct Config {
     /// The engines' load figures, polled per endpoint (see `fleet.rs`).
     pub load: LoadConfig,
     /// Serve client connections on this many threads, each its own single-threaded runtime
-    /// with its own upstream connections (as nginx's `worker_processes`). Default: none,
-    /// tokio's one work-stealing runtime (`TOKIO_WORKER_THREADS` sets its threads).
+    /// with its own upstream connections (as nginx's `worker_processes auto`). Default: one
+    /// per core lingo may use (`std::thread::available_parallelism`: affinity and cgroup
+    /// quota). 0: tokio's one work-stealing runtime (`TOKIO_WORKER_THREADS` sets its threads).
     pub workers: Option<usize>,
 }
 
@@ -330,6 +334,13 @@ impl AuthConfig {
 }
 
 impl Config {
+    /// How many worker runtimes serve client connections (`workers`; 0: tokio's runtime).
+    pub fn worker_count(&self) -> usize {
+        self.workers.unwrap_or_else(|| {
+            std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+        })
+    }
+
     /// Read a TOML file (keys not in these structs are an error).
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
@@ -380,8 +391,8 @@ impl Config {
                 return Err(invalid(key, "must be greater than zero"));
             }
         }
-        if self.workers.is_some_and(|n| n == 0 || n > 1024) {
-            return Err(invalid("workers", "must be from 1 to 1024"));
+        if self.workers.is_some_and(|n| n > MAX_WORKERS) {
+            return Err(invalid("workers", "must be from 0 to 1024"));
         }
         self.validate_limits()?;
         self.validate_auth()

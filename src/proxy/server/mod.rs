@@ -51,9 +51,9 @@ pub(super) async fn run(
         header: t.client_header,
         idle: t.client_idle,
     });
-    match state.config.workers {
-        None => accept(listener, &state, shared, shutdown).await,
-        Some(n) => workers::run(listener, state, shared, n, shutdown).await,
+    match state.config.worker_count() {
+        0 => accept(listener, &state, shared, shutdown).await,
+        n => workers::run(listener, state, shared, n, shutdown).await,
     }
 }
 

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Instructions per request in `lingo serve`, by callgrind: repeatable on a shared, noisy
+# machine where req/s and CPU time are not. One instant `lingo mock --kind vllm`, lingo on
+# one worker runtime under callgrind, and a client on one keep-alive connection sending
+# WARM requests, then N more with collection on; prints instructions per request (the N's
+# only) and the top functions by their own instructions.
+#   MODE=nonstream|stream|sglang|sglang-stream   (default nonstream)
+#   N=2000 WARM=300 TOKENS=16   LINGO=path (default: target/release/lingo, built if missing)
+#   REPLICAS=1                  more: one round-robin pool of that many mock replicas
+#   OUT=dir                     keep callgrind.out there (default: a temporary directory)
+# Build with line tables for readable names: CARGO_PROFILE_RELEASE_DEBUG=line-tables-only.
+# Talks to 127.0.0.1 only; bounded by N and curl's timeouts.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+MODE=${MODE:-nonstream} N=${N:-2000} WARM=${WARM:-300} TOKENS=${TOKENS:-16}
+REPLICAS=${REPLICAS:-1}
+TARGET=${CARGO_TARGET_DIR:-target}
+LINGO=${LINGO:-$TARGET/release/lingo}
+[[ -x "$LINGO" ]] || cargo build --release --quiet --bin lingo
+command -v valgrind >/dev/null || { echo "valgrind is not installed" >&2; exit 1; }
+OUT=${OUT:-$(mktemp -d)}
+mkdir -p "$OUT"
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
+trap cleanup EXIT
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
+
+LPORT=$(free_port)
+: >"$OUT/mock.urls"
+LINGO_LOG=warn "$LINGO" mock --listen 127.0.0.1:0 --replicas "$REPLICAS" --kind vllm \
+  >"$OUT/mock.urls" 2>"$OUT/mock.log" &
+pids+=($!)
+for _ in $(seq 1 200); do [ "$(wc -l <"$OUT/mock.urls")" -ge "$REPLICAS" ] && break; sleep 0.05; done
+mapfile -t URLS <"$OUT/mock.urls"
+[ "${#URLS[@]}" -ge "$REPLICAS" ] || { echo "the mock did not start" >&2; cat "$OUT/mock.log" >&2; exit 1; }
+printf '[pools.p]\npolicy = "round_robin"\nendpoints = [%s]\n' \
+  "$(printf '{ url = "%s", kind = "vllm" },' "${URLS[@]:0:$REPLICAS}")" >"$OUT/lingo.toml"
+LINGO_LOG=warn valgrind --tool=callgrind --instr-atstart=no \
+  --callgrind-out-file="$OUT/callgrind.out" \
+  "$LINGO" serve --listen "127.0.0.1:$LPORT" --config "$OUT/lingo.toml" --workers 1 \
+  >"$OUT/lingo.log" 2>&1 &
+VG=$!
+pids+=($VG)
+
+case $MODE in
+  nonstream) P=/v1/completions BODY="{\"model\":\"mock-model\",\"prompt\":\"a b c d\",\"max_tokens\":$TOKENS,\"ignore_eos\":true}" ;;
+  stream) P=/v1/completions BODY="{\"model\":\"mock-model\",\"prompt\":\"a b c d\",\"max_tokens\":$TOKENS,\"ignore_eos\":true,\"stream\":true}" ;;
+  sglang) P=/generate BODY="{\"text\":\"a b c d\",\"sampling_params\":{\"max_new_tokens\":$TOKENS,\"ignore_eos\":true}}" ;;
+  sglang-stream) P=/generate BODY="{\"text\":\"a b c d\",\"sampling_params\":{\"max_new_tokens\":$TOKENS,\"ignore_eos\":true},\"stream\":true}" ;;
+  *) echo "MODE: nonstream, stream, sglang or sglang-stream" >&2; exit 2 ;;
+esac
+
+# Ready when a request is proxied (valgrind starts lingo slowly).
+for _ in $(seq 1 600); do
+  [ "$(curl -s -m 5 -o /dev/null -w '%{http_code}' -H 'Content-Type: application/json' \
+      -d "$BODY" "http://127.0.0.1:$LPORT$P")" = 200 ] && break
+  sleep 0.1
+done
+
+drive() { # count: sequential requests on one keep-alive connection, each checked
+  python3 - "$LPORT" "$P" "$BODY" "$1" <<'PY'
+import http.client, sys
+port, path, body, n = int(sys.argv[1]), sys.argv[2], sys.argv[3].encode(), int(sys.argv[4])
+c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+for _ in range(n):
+    c.request("POST", path, body, {"Content-Type": "application/json"})
+    r = c.getresponse()
+    r.read()
+    if r.status != 200:
+        sys.exit(f"status {r.status}")
+PY
+}
+drive "$WARM"
+callgrind_control -i on "$VG" >/dev/null 2>&1
+drive "$N"
+callgrind_control -i off "$VG" >/dev/null 2>&1
+# Instrumentation off: the profile valgrind writes as lingo exits holds the N requests only.
+kill "$VG"; wait "$VG" 2>/dev/null || true
+dump=$OUT/callgrind.out
+total=$(callgrind_annotate "$dump" 2>/dev/null | awk '/PROGRAM TOTALS/ && !t {gsub(",","",$1); t=$1} END {print t}')
+echo "mode=$MODE replicas=$REPLICAS requests=$N tokens=$TOKENS instructions=$total per_request=$((total / N))"
+callgrind_annotate --threshold=80 "$dump" 2>/dev/null | sed -n '/file:function/,$p' | sed -n 1,30p
+echo "profile: $dump"

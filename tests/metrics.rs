@@ -287,6 +287,13 @@ async fn vllm_compatible_names_and_the_request_log() {
             v["request_id"].is_string()
                 && v["ttft"].as_f64().unwrap() <= v["e2e"].as_f64().unwrap()
         );
+        // The arrival in Unix seconds: before the line was read, and not long before.
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64();
+        let time = v["time"].as_f64().unwrap();
+        assert!(time <= now && time > now - 60.0, "{time} against {now}");
         assert!(!line.contains("a b c d"), "no prompt text in the log");
     }
     std::fs::remove_dir_all(&dir).ok();

@@ -55,10 +55,19 @@ pub struct LogLine<'a> {
     pub session: Option<&'a str>,
 }
 
+/// When a request that started at `started` arrived, in Unix seconds: read as its line is
+/// written (a wall clock read per logged request, none per request when nothing is logged).
+fn arrived_unix(started: std::time::Instant) -> f64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
+    now - started.elapsed().as_secs_f64()
+}
+
 impl<'a> LogLine<'a> {
     pub fn from_record(r: &'a RequestRecord) -> LogLine<'a> {
         LogLine {
-            time: r.arrived_unix,
+            time: arrived_unix(r.started),
             request_id: r.request_id.as_deref(),
             dialect: r.labels.dialect,
             upstream: &r.labels.upstream,

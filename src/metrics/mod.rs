@@ -254,6 +254,12 @@ impl Metrics {
         self
     }
 
+    /// Whether finished requests are written to a request log (what only the log reads, a
+    /// record need not copy otherwise).
+    pub fn logs(&self) -> bool {
+        self.log.is_some() && !self.off
+    }
+
     /// Prometheus text exposition of everything registered.
     pub fn render(&self) -> String {
         if let Some(v) = &self.vllm {

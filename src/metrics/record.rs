@@ -49,8 +49,7 @@ pub struct Labels {
 pub struct RequestRecord {
     pub labels: Labels,
     pub started: Instant,
-    /// Wall-clock arrival, Unix seconds (for the request log).
-    pub arrived_unix: f64,
+    /// The client's `x-request-id`, kept only when there is a request log to write it.
     pub request_id: Option<String>,
     /// The model as the client named it (the label may be `other`; the log keeps the name).
     pub model: Option<String>,
@@ -102,15 +101,9 @@ pub fn session_key(s: &str) -> Option<String> {
 
 impl RequestRecord {
     pub fn new(labels: Labels, started: Instant) -> RequestRecord {
-        let arrived_unix = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs_f64())
-            .unwrap_or(0.0)
-            - started.elapsed().as_secs_f64();
         RequestRecord {
             labels,
             started,
-            arrived_unix,
             request_id: None,
             model: None,
             stream: false,

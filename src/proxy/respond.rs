@@ -35,6 +35,7 @@ impl Arrival {
         let started = Instant::now();
         let request_id = headers
             .get(X_REQUEST_ID)
+            .filter(|_| st.metrics.logs())
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
         let mut rec = RequestRecord::new(labels(st, dialect, None), started);
@@ -132,7 +133,7 @@ pub fn record(st: &AppState, dialect: Dialect, model: Option<&str>, at: &Arrival
     // The upstream label stays what `Arrival::hold` made it (the endpoint's group).
     let l = labels_for(st, dialect, model, rec.labels.upstream.clone());
     rec.relabel(l);
-    rec.model = model.map(str::to_string);
+    rec.model = model.filter(|_| st.metrics.logs()).map(str::to_string);
     rec.stream = at.stream;
     rec
 }

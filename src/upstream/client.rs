@@ -20,9 +20,19 @@ use crate::stream::timers::HeaderWait;
 pub struct UpstreamResponse {
     pub status: StatusCode,
     pub content_type: Option<http::HeaderValue>,
+    /// At least the headers lingo reads from an answer (over HTTP/1.1 only those:
+    /// `h1::head::READ`); none is passed on to the client.
     pub headers: HeaderMap,
     pub body: UpstreamBody,
     bounds: BodyBounds,
+}
+
+/// What either transport hands back once the response head is read.
+struct Answer {
+    status: StatusCode,
+    content_type: Option<http::HeaderValue>,
+    headers: HeaderMap,
+    body: UpstreamBody,
 }
 
 /// What reading a whole upstream body may take: bytes, and time between chunks.
@@ -208,7 +218,12 @@ impl Client {
         headers: &[(HeaderName, HeaderValue)],
         wait: HeaderWait,
     ) -> Result<UpstreamResponse, ProxyError> {
-        let (status, headers, body) = match &self.transport {
+        let Answer {
+            status,
+            content_type,
+            headers,
+            body,
+        } = match &self.transport {
             Transport::H1 { pool, host, prefix } => {
                 let to = (pool, host.as_str(), prefix.as_str());
                 self.send_h1(to, &method, path, &body, headers, wait)
@@ -222,7 +237,7 @@ impl Client {
         };
         Ok(UpstreamResponse {
             status,
-            content_type: headers.get(header::CONTENT_TYPE).cloned(),
+            content_type,
             headers,
             body,
             bounds: self.bounds,
@@ -255,7 +270,7 @@ impl Client {
         body: &Bytes,
         headers: &[(HeaderName, HeaderValue)],
         wait: HeaderWait,
-    ) -> Result<(StatusCode, HeaderMap, UpstreamBody), ProxyError> {
+    ) -> Result<Answer, ProxyError> {
         let list: Vec<_> = self.outgoing(headers, !body.is_empty()).collect();
         let inline = body.len() <= h1::INLINE_BODY;
         let mut wire = Vec::with_capacity(512 + if inline { body.len() } else { 0 });
@@ -269,7 +284,12 @@ impl Client {
         let sent = pool.request(&wire, rest, method == Method::HEAD);
         match tokio::time::timeout_at(wait.deadline, sent).await {
             Err(_) => Err(ProxyError::Timeout(wait.timer)),
-            Ok(Ok(r)) => Ok((r.status, r.headers, UpstreamBody::H1(r.body))),
+            Ok(Ok(r)) => Ok(Answer {
+                status: r.status,
+                content_type: r.content_type,
+                headers: r.headers,
+                body: UpstreamBody::H1(r.body),
+            }),
             Ok(Err(e)) => Err(self.classify_h1(path, e)),
         }
     }
@@ -282,7 +302,7 @@ impl Client {
         body: Bytes,
         headers: &[(HeaderName, HeaderValue)],
         wait: HeaderWait,
-    ) -> Result<(StatusCode, HeaderMap, UpstreamBody), ProxyError> {
+    ) -> Result<Answer, ProxyError> {
         let uri = format!("{}{}", self.target, path);
         let build = || {
             let mut req = Request::builder().method(method.clone()).uri(&uri);
@@ -305,7 +325,12 @@ impl Client {
         }
         let resp = result.map_err(|e| self.classify(path, e))?;
         let (parts, body) = resp.into_parts();
-        Ok((parts.status, parts.headers, UpstreamBody::Hyper(body)))
+        Ok(Answer {
+            status: parts.status,
+            content_type: parts.headers.get(header::CONTENT_TYPE).cloned(),
+            headers: parts.headers,
+            body: UpstreamBody::Hyper(body),
+        })
     }
 }
 
@@ -487,15 +512,17 @@ pub fn redact_url(url: &str) -> String {
 /// SDK sends its key as `x-api-key`; OpenAI-style servers (vLLM `--api-key`) read a bearer
 /// token, so that is what it becomes.
 pub fn forward_headers(headers: &HeaderMap) -> Vec<(HeaderName, HeaderValue)> {
-    let mut out: Vec<(HeaderName, HeaderValue)> = [
-        header::AUTHORIZATION,
-        HeaderName::from_static("x-request-id"),
-    ]
-    .into_iter()
-    .filter_map(|k| headers.get(&k).cloned().map(|v| (k, v)))
-    .collect();
+    // Names as constants: a lookup by `&str` parses the name first, at every request.
+    const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+    const X_API_KEY: HeaderName = HeaderName::from_static("x-api-key");
+    let mut out = Vec::with_capacity(2);
+    for k in [header::AUTHORIZATION, X_REQUEST_ID] {
+        if let Some(v) = headers.get(&k) {
+            out.push((k, v.clone()));
+        }
+    }
     let bearer = headers
-        .get("x-api-key")
+        .get(X_API_KEY)
         .filter(|_| !headers.contains_key(header::AUTHORIZATION))
         .and_then(|k| k.to_str().ok())
         .and_then(|k| HeaderValue::try_from(format!("Bearer {k}")).ok());

@@ -50,6 +50,8 @@ pub enum Error {
 /// The response head and its still-unread body.
 pub struct Response {
     pub status: StatusCode,
+    pub content_type: Option<http::HeaderValue>,
+    /// Only the headers lingo reads (`head::READ`).
     pub headers: HeaderMap,
     pub body: Body,
 }
@@ -97,6 +99,7 @@ async fn exchange(
     let head = read_head(&mut conn, head_request).await?;
     Ok(Response {
         status: head.status,
+        content_type: head.content_type,
         headers: head.headers,
         body: Body::new(conn, head.framing, head.reusable),
     })

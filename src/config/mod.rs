@@ -392,7 +392,10 @@ impl Config {
             }
         }
         if self.workers.is_some_and(|n| n > MAX_WORKERS) {
-            return Err(invalid("workers", "must be from 0 to 1024"));
+            return Err(invalid(
+                "workers",
+                format!("must be from 0 to {MAX_WORKERS}"),
+            ));
         }
         self.validate_limits()?;
         self.validate_auth()

@@ -27,14 +27,6 @@ pub struct UpstreamResponse {
     bounds: BodyBounds,
 }
 
-/// What either transport hands back once the response head is read.
-struct Answer {
-    status: StatusCode,
-    content_type: Option<http::HeaderValue>,
-    headers: HeaderMap,
-    body: UpstreamBody,
-}
-
 /// What reading a whole upstream body may take: bytes, and time between chunks.
 #[derive(Debug, Clone, Copy)]
 struct BodyBounds {
@@ -218,30 +210,17 @@ impl Client {
         headers: &[(HeaderName, HeaderValue)],
         wait: HeaderWait,
     ) -> Result<UpstreamResponse, ProxyError> {
-        let Answer {
-            status,
-            content_type,
-            headers,
-            body,
-        } = match &self.transport {
+        match &self.transport {
             Transport::H1 { pool, host, prefix } => {
                 let to = (pool, host.as_str(), prefix.as_str());
-                self.send_h1(to, &method, path, &body, headers, wait)
-                    .await?
+                self.send_h1(to, &method, path, &body, headers, wait).await
             }
             // Boxed: `https://` only, and its future, inline, would make every request's
             // future larger by a KiB (see `proxy::front::boxed`).
             Transport::Hyper(inner) => {
-                Box::pin(self.send_hyper(inner, method, path, body, headers, wait)).await?
+                Box::pin(self.send_hyper(inner, method, path, body, headers, wait)).await
             }
-        };
-        Ok(UpstreamResponse {
-            status,
-            content_type,
-            headers,
-            body,
-            bounds: self.bounds,
-        })
+        }
     }
 
     /// The headers a request carries: the client's forwarded ones, with lingo's own
@@ -270,7 +249,7 @@ impl Client {
         body: &Bytes,
         headers: &[(HeaderName, HeaderValue)],
         wait: HeaderWait,
-    ) -> Result<Answer, ProxyError> {
+    ) -> Result<UpstreamResponse, ProxyError> {
         let list: Vec<_> = self.outgoing(headers, !body.is_empty()).collect();
         let inline = body.len() <= h1::INLINE_BODY;
         let mut wire = Vec::with_capacity(512 + if inline { body.len() } else { 0 });
@@ -284,11 +263,12 @@ impl Client {
         let sent = pool.request(&wire, rest, method == Method::HEAD);
         match tokio::time::timeout_at(wait.deadline, sent).await {
             Err(_) => Err(ProxyError::Timeout(wait.timer)),
-            Ok(Ok(r)) => Ok(Answer {
+            Ok(Ok(r)) => Ok(UpstreamResponse {
                 status: r.status,
                 content_type: r.content_type,
                 headers: r.headers,
                 body: UpstreamBody::H1(r.body),
+                bounds: self.bounds,
             }),
             Ok(Err(e)) => Err(self.classify_h1(path, e)),
         }
@@ -302,7 +282,7 @@ impl Client {
         body: Bytes,
         headers: &[(HeaderName, HeaderValue)],
         wait: HeaderWait,
-    ) -> Result<Answer, ProxyError> {
+    ) -> Result<UpstreamResponse, ProxyError> {
         let uri = format!("{}{}", self.target, path);
         let build = || {
             let mut req = Request::builder().method(method.clone()).uri(&uri);
@@ -325,11 +305,12 @@ impl Client {
         }
         let resp = result.map_err(|e| self.classify(path, e))?;
         let (parts, body) = resp.into_parts();
-        Ok(Answer {
+        Ok(UpstreamResponse {
             status: parts.status,
             content_type: parts.headers.get(header::CONTENT_TYPE).cloned(),
             headers: parts.headers,
             body: UpstreamBody::Hyper(body),
+            bounds: self.bounds,
         })
     }
 }

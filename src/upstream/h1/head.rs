@@ -16,7 +16,7 @@ const MAX_HEADERS: usize = 128;
 /// `content-type` (kept apart): `Retry-After` for the endpoint's health, TGI's counts. Only
 /// these go in `Head::headers`. No answer passes an upstream's headers on, and a map of every
 /// header a server sends cost two allocations, a hash per name and their drop at every
-/// request (about 5% of a whole passthrough's instructions, by callgrind).
+/// request (by callgrind, 0.8k of a whole non-streaming passthrough's 51.6k instructions).
 const READ: [HeaderName; 3] = [
     http::header::RETRY_AFTER,
     HeaderName::from_static("x-prompt-tokens"),

@@ -258,18 +258,24 @@ where
     })
 }
 
-/// Decode an already-parsed JSON value found at `prefix`, naming the full field path on
-/// failure (for nested objects the outer decoder keeps untyped).
-pub fn decode_value_at<T: serde::de::DeserializeOwned>(
-    value: serde_json::Value,
+/// Decode a JSON value found at `prefix`, kept as its text by the outer decoder: serde alone
+/// first, and again with the path only when that fails (as `decode_json`).
+pub fn decode_raw_at<'a, T: serde::Deserialize<'a>>(
+    raw: &'a serde_json::value::RawValue,
     prefix: &str,
 ) -> Result<T, ProxyError> {
-    serde_path_to_error::deserialize(value).map_err(|e| {
+    let text = raw.get();
+    if let Ok(value) = serde_json::from_str(text) {
+        return Ok(value);
+    }
+    let mut de = serde_json::Deserializer::from_str(text);
+    serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();
-        let field = if path == "." {
-            prefix.to_string()
-        } else {
-            format!("{prefix}.{path}")
+        let field = match path.as_str() {
+            "." => prefix.to_string(),
+            // A list's items are named `[i]`: no dot before them.
+            p if p.starts_with('[') => format!("{prefix}{p}"),
+            p => format!("{prefix}.{p}"),
         };
         ProxyError::invalid(field, user_words(&e.into_inner()))
     })
@@ -445,8 +451,8 @@ mod tests {
 
     #[test]
     fn nested_values_keep_the_prefix_and_speak_json() {
-        let v = serde_json::json!({"k": null});
-        let e = decode_value_at::<Inner>(v, "sampling_params").unwrap_err();
+        let raw = serde_json::value::RawValue::from_string(r#"{"k": null}"#.into()).unwrap();
+        let e = decode_raw_at::<Inner>(&raw, "sampling_params").unwrap_err();
         assert_eq!(e.param(), Some("sampling_params.k"));
         assert_eq!(
             e.to_string(),

@@ -3,6 +3,9 @@
 //! reader builds the whole `Response` (every string copied, logprobs taken apart) for three
 //! numbers: in a profile of a non-streaming passthrough, a tenth of lingo's instructions.
 //! This walks the body once, checking what serde would check and keeping only the counts.
+//! `completion` reads a whole completions `Response` the same way, for translation (where
+//! serde's reader was an eighth of a translated request's instructions); a choice with
+//! logprobs is left to serde.
 //!
 //! It answers only when serde would read the body without error: a field given twice, an
 //! escaped key, an integer with a sign, a number with an exponent in a `Value`, a surrogate
@@ -13,6 +16,7 @@ use super::cursor::{Cursor, Seen, Sure};
 use super::finish_from_wire;
 use super::scan;
 use crate::dialect::Counts;
+use crate::model::{Choice, Response, Usage};
 
 /// What one choice adds: its finish label and, with both token id lists, their lengths.
 struct ChoiceCounts {
@@ -128,6 +132,67 @@ fn token_ids(c: &mut Cursor<'_>) -> Sure<u64> {
     Some(ids.len() as u64)
 }
 
+/// A completions response as serde's `completions::decode_response` reads it.
+pub(crate) fn completion(text: &str) -> Sure<Response> {
+    let mut c = Cursor::new(text);
+    let mut seen = Seen::default();
+    let mut r = Response::default();
+    c.object(|c, key| {
+        match key {
+            "id" => r.id = seen.first(0).and_then(|()| c.string())?.into_owned(),
+            "model" => r.model = seen.first(1).and_then(|()| c.string())?.into_owned(),
+            "choices" => r.choices = seen.first(2).and_then(|()| c.array(completion_choice))?,
+            "usage" => {
+                let usage = seen.first(3).and_then(|()| c.nullable(scan::usage))?;
+                r.usage = usage.map(Into::into);
+            }
+            _ => c.skip_value(0)?,
+        }
+        Some(())
+    })?;
+    c.end()?;
+    // `choices` has no default: without it serde refuses the response.
+    seen.has(2).then_some(r)
+}
+
+/// One completions choice, as `completion` reads it.
+fn completion_choice(c: &mut Cursor<'_>) -> Sure<Choice> {
+    let mut seen = Seen::default();
+    let mut ch = Choice::default();
+    let (mut reason, mut stop, mut matched, mut prompt_ids) = (None, None, None, None);
+    c.object(|c, key| {
+        match key {
+            "index" => ch.index = seen.first(0).and_then(|()| c.u32())?,
+            "text" => ch.text = seen.first(1).and_then(|()| c.string())?.into_owned(),
+            "finish_reason" => reason = seen.first(2).and_then(|()| c.nullable(Cursor::string))?,
+            "stop_reason" => stop = seen.first(3).and_then(|()| c.value())?,
+            "matched_stop" => matched = seen.first(4).and_then(|()| c.value())?,
+            // Logprobs are serde's to take apart: only `null` is read here.
+            "logprobs" => drop(seen.first(5).and_then(|()| c.nullable(|_| None::<()>))?),
+            "token_ids" => {
+                ch.token_ids = seen
+                    .first(6)
+                    .and_then(|()| c.nullable(|c| c.array(Cursor::u32)))?;
+            }
+            "prompt_token_ids" => {
+                prompt_ids = seen.first(7).and_then(|()| c.nullable(token_ids))?;
+            }
+            _ => c.skip_value(0)?,
+        }
+        Some(())
+    })?;
+    ch.finish = finish_from_wire(reason.as_deref(), stop.as_ref().or(matched.as_ref()));
+    // With vLLM's `return_token_ids` each choice's counts are exact.
+    ch.usage = prompt_ids
+        .zip(ch.token_ids.as_ref())
+        .map(|(prompt, ids)| Usage {
+            prompt_tokens: prompt,
+            completion_tokens: ids.len() as u64,
+            cached_tokens: None,
+        });
+    Some(ch)
+}
+
 #[cfg(test)]
 mod tests {
     use rand::rngs::StdRng;
@@ -204,7 +269,7 @@ mod tests {
     /// What serde's path gives: the response decoded, then counted.
     fn serde(text: &str, chat: bool) -> Option<Counts> {
         let resp = match chat {
-            false => completions::decode_response(text.as_bytes()),
+            false => completions::decode_by_serde(text.as_bytes()),
             true => chat::decode_response(text.as_bytes()),
         };
         resp.ok().map(Counts::of)
@@ -238,6 +303,35 @@ mod tests {
         }
     }
 
+    /// serde's whole completions `Response`, or its error's text.
+    fn serde_completion(text: &str) -> Result<Response, String> {
+        completions::decode_by_serde(text.as_bytes()).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn whole_completions_are_read_fast_and_as_serde_reads_them() {
+        for text in COMPLETIONS {
+            let with_logprobs = text.contains(r#""logprobs":{"#);
+            let fast = completion(text);
+            assert_eq!(fast.is_some(), !with_logprobs, "{text}");
+            if let Some(fast) = fast {
+                assert_eq!(Ok(fast), serde_completion(text), "{text}");
+            }
+        }
+        let r = completion(COMPLETIONS[2]).unwrap();
+        assert_eq!(r.choices[0].token_ids, Some(vec![1, 22, 333]));
+        assert_eq!(r.choices[0].usage.map(|u| u.prompt_tokens), Some(2));
+        let r = completion(COMPLETIONS[1]).unwrap();
+        assert_eq!(r.choices[0].text, "line\nbreak \"quoted\" \\ / é 😀");
+        assert_eq!(
+            r.choices[1].finish,
+            Some(crate::model::Finish::StopToken(13))
+        );
+        for text in DEFERRED {
+            assert_eq!(completion(text), None, "{text}");
+        }
+    }
+
     /// JSON's own characters, for `cursor::mangle`'s edits.
     const JSON_BYTES: &[u8] = b"{}[]\":,\\ -.0123456789eEnulltruefalsxu\n\tDd";
 
@@ -246,7 +340,7 @@ mod tests {
         // Bounded: 40,000 random edits of the corpus, each read as both endpoints' shape.
         let mut rng = StdRng::seed_from_u64(12);
         let corpus: Vec<&str> = [COMPLETIONS, CHAT, DEFERRED, CHAT_DEFERRED].concat();
-        let mut read_fast = 0;
+        let (mut read_fast, mut read_whole) = (0, 0);
         for _ in 0..40_000 {
             let pick = corpus[rng.random_range(0..corpus.len())];
             let Some(text) = mangle(&mut rng, pick, JSON_BYTES) else {
@@ -258,7 +352,15 @@ mod tests {
                     assert_eq!(Some(fast), serde(&text, chat), "chat {chat}: {text}");
                 }
             }
+            if let Some(fast) = completion(&text) {
+                read_whole += 1;
+                assert_eq!(Ok(fast), serde_completion(&text), "{text}");
+            }
         }
         assert!(read_fast > 5_000, "only {read_fast} edits were read fast");
+        assert!(
+            read_whole > 2_000,
+            "only {read_whole} edits were read whole"
+        );
     }
 }

@@ -1,12 +1,13 @@
 //! `/generate` requests, both directions.
 
 use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
 use super::DEFAULT_MAX_NEW_TOKENS;
 use crate::dialect::fields::put_some;
 use crate::dialect::openai::wire::OneOrMany;
-use crate::error::{decode_json, decode_value_at, ProxyError};
+use crate::error::{decode_json, decode_raw_at, ProxyError};
 use crate::model::{Prompt, Request, Sampling};
 
 #[derive(Debug, Deserialize)]
@@ -58,11 +59,14 @@ struct SamplingParams {
 }
 
 #[derive(Debug, Deserialize)]
-struct GenerateRequest {
+struct GenerateRequest<'a> {
     text: Option<TextWire>,
     input_ids: Option<IdsWire>,
     input_embeds: Option<Value>,
-    sampling_params: Option<Value>,
+    /// Read apart, once its shape (one dict or a list) is known: as a `Value` it cost a map
+    /// built and a second, path-tracking read.
+    #[serde(borrow)]
+    sampling_params: Option<&'a RawValue>,
     #[serde(default)]
     stream: bool,
     rid: Option<Value>,
@@ -99,7 +103,7 @@ pub fn field_name(canonical: &str) -> String {
 }
 
 /// Top-level fields SGLang has and lingo cannot carry to another server.
-fn refuse_unsupported(w: &GenerateRequest) -> Result<(), ProxyError> {
+fn refuse_unsupported(w: &GenerateRequest<'_>) -> Result<(), ProxyError> {
     let set = [
         ("input_embeds", w.input_embeds.is_some()),
         (
@@ -164,11 +168,12 @@ pub fn decode(body: &[u8]) -> Result<Request, ProxyError> {
         return Err(ProxyError::invalid("input_ids", "must not be empty"));
     }
     let params = match w.sampling_params {
-        None | Some(Value::Null) => SamplingParams::default(),
-        Some(Value::Array(items)) => {
+        None => SamplingParams::default(),
+        Some(raw) if raw.get().starts_with('[') => {
+            let items: Vec<&RawValue> = decode_raw_at(raw, "sampling_params")?;
             let mut list = Vec::with_capacity(items.len());
             for (i, item) in items.into_iter().enumerate() {
-                list.push(decode_value_at::<SamplingParams>(
+                list.push(decode_raw_at::<SamplingParams>(
                     item,
                     &format!("sampling_params[{i}]"),
                 )?);
@@ -182,7 +187,7 @@ pub fn decode(body: &[u8]) -> Result<Request, ProxyError> {
             }
             first
         }
-        Some(v) => decode_value_at(v, "sampling_params")?,
+        Some(raw) => decode_raw_at(raw, "sampling_params")?,
     };
     let mut req = Request::new(prompt);
     req.batched = batched;

@@ -36,6 +36,18 @@ struct CompletionResponse {
 }
 
 pub fn decode_response(body: &[u8]) -> Result<Response, ProxyError> {
+    let fast = std::str::from_utf8(body)
+        .ok()
+        .and_then(super::super::summary::completion);
+    match fast {
+        Some(r) => Ok(r),
+        None => decode_by_serde(body),
+    }
+}
+
+/// `decode_response` by serde alone: what the fast reader must agree with, and what reads
+/// what it is not sure of.
+pub(crate) fn decode_by_serde(body: &[u8]) -> Result<Response, ProxyError> {
     let w: CompletionResponse = crate::dialect::json::from_bytes(body)
         .map_err(|e| ProxyError::UpstreamProtocol(format!("completions response: {e}")))?;
     let choices = w

@@ -1,5 +1,7 @@
 //! Whole `/generate` responses, both directions.
 
+use std::borrow::Cow;
+
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
@@ -45,13 +47,14 @@ pub fn finish_from_json(v: &Value) -> Option<Finish> {
 /// JSON map it was first built as, so the bytes are the same; a struct spares a stream the
 /// map's allocations at every event.
 #[derive(Serialize)]
-pub struct MetaInfo {
+pub struct MetaInfo<'a> {
     cached_tokens: u64,
     completion_tokens: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     e2e_latency: Option<f64>,
     finish_reason: Value,
-    id: String,
+    /// The request's id, borrowed: a stream writes it at every event.
+    id: Cow<'a, str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     input_token_logprobs: Option<Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -61,15 +64,16 @@ pub struct MetaInfo {
     prompt_tokens: u64,
 }
 
-impl MetaInfo {
+impl MetaInfo<'_> {
     /// This as serde_json writes it (the derive's order and skips), written directly: serde
     /// escaped every key again at every event of a stream. The values that are not plain
     /// numbers go through serde_json still.
     pub fn write_json(&self, out: &mut Vec<u8>) {
+        let mut digits = itoa::Buffer::new();
         out.extend_from_slice(b"{\"cached_tokens\":");
-        json(out, &self.cached_tokens);
+        out.extend_from_slice(digits.format(self.cached_tokens).as_bytes());
         out.extend_from_slice(b",\"completion_tokens\":");
-        json(out, &self.completion_tokens);
+        out.extend_from_slice(digits.format(self.completion_tokens).as_bytes());
         if let Some(l) = self.e2e_latency {
             out.extend_from_slice(b",\"e2e_latency\":");
             json(out, &l);
@@ -90,7 +94,7 @@ impl MetaInfo {
             }
         }
         out.extend_from_slice(b",\"prompt_tokens\":");
-        json(out, &self.prompt_tokens);
+        out.extend_from_slice(digits.format(self.prompt_tokens).as_bytes());
         out.push(b'}');
     }
 }
@@ -100,7 +104,7 @@ fn json<T: Serialize + ?Sized>(out: &mut Vec<u8>, v: &T) {
     let _ = serde_json::to_writer(&mut *out, v);
 }
 
-pub fn meta_info(ctx: &Ctx, c: &Choice, usage: Usage, finished: bool) -> MetaInfo {
+pub fn meta_info<'a>(ctx: &'a Ctx, c: &Choice, usage: Usage, finished: bool) -> MetaInfo<'a> {
     let last_id = c.token_ids.as_ref().and_then(|ids| ids.last().copied());
     let logprobs = ctx
         .logprobs
@@ -123,11 +127,11 @@ pub fn meta_info(ctx: &Ctx, c: &Choice, usage: Usage, finished: bool) -> MetaInf
 }
 
 /// SGLang names each request of a batch `{rid}_{i}`.
-pub fn choice_id(ctx: &Ctx, index: u32) -> String {
+pub fn choice_id(ctx: &Ctx, index: u32) -> Cow<'_, str> {
     if ctx.is_multi() {
-        format!("{}_{}", ctx.id, index)
+        Cow::Owned(format!("{}_{}", ctx.id, index))
     } else {
-        ctx.id.clone()
+        Cow::Borrowed(&ctx.id)
     }
 }
 

@@ -46,7 +46,7 @@ fn write_event(
     out: &mut BytesMut,
     w: &Written,
     ids: bool,
-    meta: &MetaInfo,
+    meta: &MetaInfo<'_>,
     index: Option<u32>,
     scratch: &mut Vec<u8>,
 ) {
@@ -162,27 +162,13 @@ impl Encoder {
         self.write(c.index, out);
     }
 
-    /// One cumulative event for choice `index`, with the counts as they stand: the prompt's
-    /// from the upstream's running usage, else from the request's token ids (as SGLang
-    /// itself reports it from the first chunk).
+    /// One cumulative event for choice `index`, with the counts as they stand (`meta`).
     fn write(&mut self, index: u32, out: &mut BytesMut) {
-        let meta = self.meta(index);
         let i = index as usize;
+        let meta = meta(&self.ctx, &self.tally, &self.choices[i], index);
         let ids = self.choices[i].token_ids.is_some();
         let index = self.ctx.is_multi().then_some(index);
         write_event(out, &self.written[i], ids, &meta, index, &mut self.scratch);
-    }
-
-    /// Choice `index`'s `meta_info` as it stands.
-    fn meta(&self, index: u32) -> MetaInfo {
-        let prompt = self.tally.choice_prompt(index);
-        let usage = Usage {
-            prompt_tokens: prompt.or(self.ctx.choice_prompt(index)).unwrap_or(0),
-            completion_tokens: self.tally.choice_tokens(index),
-            cached_tokens: self.tally.choice_cached(index),
-        };
-        let st = &self.choices[index as usize];
-        meta_info(&self.ctx, st, usage, st.finish.is_some())
     }
 
     pub fn end(&mut self, out: &mut BytesMut) {
@@ -193,6 +179,19 @@ impl Encoder {
     pub fn error(&mut self, err: &ProxyError, out: &mut BytesMut) {
         super::error::write_stream_error(err, out);
     }
+}
+
+/// Choice `index`'s `meta_info` as it stands (`st` its state): the prompt's count from the
+/// upstream's running usage, else from the request's token ids (as SGLang itself reports it
+/// from the first chunk).
+fn meta<'a>(ctx: &'a Ctx, tally: &Tally, st: &Choice, index: u32) -> MetaInfo<'a> {
+    let prompt = tally.choice_prompt(index);
+    let usage = Usage {
+        prompt_tokens: prompt.or(ctx.choice_prompt(index)).unwrap_or(0),
+        completion_tokens: tally.choice_tokens(index),
+        cached_tokens: tally.choice_cached(index),
+    };
+    meta_info(ctx, st, usage, st.finish.is_some())
 }
 
 #[derive(Debug, Deserialize)]
@@ -329,12 +328,17 @@ mod tests {
         text: &'a str,
         #[serde(skip_serializing_if = "Option::is_none")]
         output_ids: Option<&'a [u32]>,
-        meta_info: &'a MetaInfo,
+        meta_info: &'a MetaInfo<'a>,
         #[serde(skip_serializing_if = "Option::is_none")]
         index: Option<u32>,
     }
 
-    fn reference(text: &str, ids: Option<&[u32]>, meta: &MetaInfo, index: Option<u32>) -> Vec<u8> {
+    fn reference(
+        text: &str,
+        ids: Option<&[u32]>,
+        meta: &MetaInfo<'_>,
+        index: Option<u32>,
+    ) -> Vec<u8> {
         let out = Out {
             text,
             output_ids: ids,
@@ -423,7 +427,12 @@ mod tests {
                     continue;
                 }
                 let multi = enc.ctx.is_multi().then_some(index);
-                let want = reference(&texts[i], ids[i].as_deref(), &enc.meta(index), multi);
+                let want = reference(
+                    &texts[i],
+                    ids[i].as_deref(),
+                    &meta(&enc.ctx, &enc.tally, &enc.choices[index as usize], index),
+                    multi,
+                );
                 assert_eq!(
                     String::from_utf8_lossy(&out),
                     String::from_utf8_lossy(&want),

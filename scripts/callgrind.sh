@@ -7,13 +7,15 @@
 #   MODE=nonstream|stream|sglang|sglang-stream   (default nonstream)
 #   N=2000 WARM=300 TOKENS=16   LINGO=path (default: target/release/lingo, built if missing)
 #   REPLICAS=1                  more: one round-robin pool of that many mock replicas
+#   TTFT=0s ITL=0s              the mock's pacing: with ITL, every event arrives on its own
+#                               and is read, decoded and written on its own (per-token cost)
 #   OUT=dir                     keep callgrind.out there (default: a temporary directory)
 # Build with line tables for readable names: CARGO_PROFILE_RELEASE_DEBUG=line-tables-only.
 # Talks to 127.0.0.1 only; bounded by N and curl's timeouts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODE=${MODE:-nonstream} N=${N:-2000} WARM=${WARM:-300} TOKENS=${TOKENS:-16}
-REPLICAS=${REPLICAS:-1}
+REPLICAS=${REPLICAS:-1} TTFT=${TTFT:-0s} ITL=${ITL:-0s}
 TARGET=${CARGO_TARGET_DIR:-target}
 LINGO=${LINGO:-$TARGET/release/lingo}
 [[ -x "$LINGO" ]] || cargo build --release --quiet --bin lingo
@@ -28,6 +30,7 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 LPORT=$(free_port)
 : >"$OUT/mock.urls"
 LINGO_LOG=warn "$LINGO" mock --listen 127.0.0.1:0 --replicas "$REPLICAS" --kind vllm \
+  --ttft "$TTFT" --itl "$ITL" \
   >"$OUT/mock.urls" 2>"$OUT/mock.log" &
 pids+=($!)
 for _ in $(seq 1 200); do [ "$(wc -l <"$OUT/mock.urls")" -ge "$REPLICAS" ] && break; sleep 0.05; done
@@ -78,6 +81,6 @@ callgrind_control -i off "$VG" >/dev/null 2>&1
 kill "$VG"; wait "$VG" 2>/dev/null || true
 dump=$OUT/callgrind.out
 total=$(callgrind_annotate "$dump" 2>/dev/null | awk '/PROGRAM TOTALS/ && !t {gsub(",","",$1); t=$1} END {print t}')
-echo "mode=$MODE replicas=$REPLICAS requests=$N tokens=$TOKENS instructions=$total per_request=$((total / N))"
+echo "mode=$MODE replicas=$REPLICAS requests=$N tokens=$TOKENS ttft=$TTFT itl=$ITL instructions=$total per_request=$((total / N)) per_token=$((total / N / TOKENS))"
 callgrind_annotate --threshold=80 "$dump" 2>/dev/null | sed -n '/file:function/,$p' | sed -n 1,30p
 echo "profile: $dump"

@@ -144,19 +144,20 @@ fn refuse_unsupported(w: &GenerateRequest<'_>) -> Result<(), ProxyError> {
 }
 
 pub fn decode(body: &[u8]) -> Result<Request, ProxyError> {
-    let w: GenerateRequest = decode_json(body)?;
+    let mut w: GenerateRequest = decode_json(body)?;
     refuse_unsupported(&w)?;
-    let (prompt, batched) = match (&w.text, &w.input_ids) {
+    // Taken, not copied: the prompt is the largest part of most requests.
+    let (prompt, batched) = match (w.text.take(), w.input_ids.take()) {
         (Some(_), Some(_)) => {
             return Err(ProxyError::invalid(
                 "text",
                 "send either text or input_ids, not both",
             ))
         }
-        (Some(TextWire::One(t)), None) => (Prompt::Text(vec![t.clone()]), false),
-        (Some(TextWire::Batch(t)), None) => (Prompt::Text(t.clone()), true),
-        (None, Some(IdsWire::One(ids))) => (Prompt::Tokens(vec![ids.clone()]), false),
-        (None, Some(IdsWire::Batch(ids))) => (Prompt::Tokens(ids.clone()), true),
+        (Some(TextWire::One(t)), None) => (Prompt::Text(vec![t]), false),
+        (Some(TextWire::Batch(t)), None) => (Prompt::Text(t), true),
+        (None, Some(IdsWire::One(ids))) => (Prompt::Tokens(vec![ids]), false),
+        (None, Some(IdsWire::Batch(ids))) => (Prompt::Tokens(ids), true),
         (None, None) => {
             return Err(ProxyError::invalid(
                 "text",

@@ -10,16 +10,95 @@ use crate::dialect::Ctx;
 use crate::error::ProxyError;
 use crate::model::{Choice, Finish, Response, Usage};
 
-/// SGLang's `finish_reason` object.
-pub fn finish_json(f: Option<&Finish>, completion_tokens: u64, last_id: Option<u32>) -> Value {
+/// SGLang's `finish_reason` object, borrowed from the choice: built as a JSON map, it cost
+/// a map, two keys and their drop per answer.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum FinishJson<'a> {
+    Null,
+    /// `{"matched": .., "type": "stop"}`: the token id, the stop string, or null.
+    Stop(Matched<'a>),
+    /// `{"length": .., "type": "length"}`.
+    Length(u64),
+    /// `{"message": .., "type": "abort"}`.
+    Abort(&'a str),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Matched<'a> {
+    Id(u32),
+    Text(&'a str),
+    Null,
+}
+
+/// SGLang's `finish_reason` for `f`.
+pub fn finish_json(
+    f: Option<&Finish>,
+    completion_tokens: u64,
+    last_id: Option<u32>,
+) -> FinishJson<'_> {
+    let stop = FinishJson::Stop;
     match f {
-        None => Value::Null,
-        Some(Finish::Eos(id)) => json!({"type": "stop", "matched": id.or(last_id)}),
-        Some(Finish::StopString(s)) => json!({"type": "stop", "matched": s}),
-        Some(Finish::StopToken(t)) => json!({"type": "stop", "matched": t}),
-        Some(Finish::Stop) => json!({"type": "stop", "matched": null}),
-        Some(Finish::Length) => json!({"type": "length", "length": completion_tokens}),
-        Some(Finish::Abort(m)) => json!({"type": "abort", "message": m}),
+        None => FinishJson::Null,
+        Some(Finish::Eos(id)) => stop(id.or(last_id).map_or(Matched::Null, Matched::Id)),
+        Some(Finish::StopString(s)) => stop(Matched::Text(s)),
+        Some(Finish::StopToken(t)) => stop(Matched::Id(*t)),
+        Some(Finish::Stop) => stop(Matched::Null),
+        Some(Finish::Length) => FinishJson::Length(completion_tokens),
+        Some(Finish::Abort(m)) => FinishJson::Abort(m),
+    }
+}
+
+impl FinishJson<'_> {
+    /// As serde_json wrote the map it was (keys sorted, `type` last).
+    fn write_json(&self, out: &mut Vec<u8>) {
+        let kind: &[u8] = match self {
+            FinishJson::Null => return out.extend_from_slice(b"null"),
+            FinishJson::Stop(m) => {
+                out.extend_from_slice(b"{\"matched\":");
+                match m {
+                    Matched::Id(id) => json(out, id),
+                    Matched::Text(t) => json(out, t),
+                    Matched::Null => out.extend_from_slice(b"null"),
+                }
+                b"stop"
+            }
+            FinishJson::Length(n) => {
+                out.extend_from_slice(b"{\"length\":");
+                json(out, n);
+                b"length"
+            }
+            FinishJson::Abort(m) => {
+                out.extend_from_slice(b"{\"message\":");
+                json(out, m);
+                b"abort"
+            }
+        };
+        out.extend_from_slice(b",\"type\":\"");
+        out.extend_from_slice(kind);
+        out.extend_from_slice(b"\"}");
+    }
+}
+
+impl Serialize for FinishJson<'_> {
+    fn serialize<S: serde::Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let (key, kind) = match self {
+            FinishJson::Null => return ser.serialize_unit(),
+            FinishJson::Stop(_) => ("matched", "stop"),
+            FinishJson::Length(_) => ("length", "length"),
+            FinishJson::Abort(_) => ("message", "abort"),
+        };
+        let mut map = ser.serialize_map(Some(2))?;
+        match self {
+            FinishJson::Stop(Matched::Id(id)) => map.serialize_entry(key, id)?,
+            FinishJson::Stop(Matched::Text(t)) => map.serialize_entry(key, t)?,
+            FinishJson::Stop(Matched::Null) => map.serialize_entry(key, &())?,
+            FinishJson::Length(n) => map.serialize_entry(key, n)?,
+            FinishJson::Abort(m) => map.serialize_entry(key, m)?,
+            FinishJson::Null => {}
+        }
+        map.serialize_entry("type", kind)?;
+        map.end()
     }
 }
 
@@ -52,7 +131,7 @@ pub struct MetaInfo<'a> {
     completion_tokens: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     e2e_latency: Option<f64>,
-    finish_reason: Value,
+    finish_reason: FinishJson<'a>,
     /// The request's id, borrowed: a stream writes it at every event.
     id: Cow<'a, str>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -79,7 +158,7 @@ impl MetaInfo<'_> {
             json(out, &l);
         }
         out.extend_from_slice(b",\"finish_reason\":");
-        json(out, &self.finish_reason);
+        self.finish_reason.write_json(out);
         out.extend_from_slice(b",\"id\":");
         json(out, &self.id);
         let logprobs: [(&[u8], &Option<Value>); 3] = [
@@ -104,7 +183,7 @@ fn json<T: Serialize + ?Sized>(out: &mut Vec<u8>, v: &T) {
     let _ = serde_json::to_writer(&mut *out, v);
 }
 
-pub fn meta_info<'a>(ctx: &'a Ctx, c: &Choice, usage: Usage, finished: bool) -> MetaInfo<'a> {
+pub fn meta_info<'a>(ctx: &'a Ctx, c: &'a Choice, usage: Usage, finished: bool) -> MetaInfo<'a> {
     let last_id = c.token_ids.as_ref().and_then(|ids| ids.last().copied());
     let logprobs = ctx
         .logprobs
@@ -388,6 +467,42 @@ mod tests {
             }
         }
         assert_eq!(checked, 16);
+    }
+
+    #[test]
+    fn finish_reasons_are_the_maps_they_were() {
+        let cases = [
+            (None, Value::Null),
+            (
+                Some(Finish::Eos(None)),
+                json!({"type": "stop", "matched": 7}),
+            ),
+            (
+                Some(Finish::Eos(Some(2))),
+                json!({"type": "stop", "matched": 2}),
+            ),
+            (
+                Some(Finish::StopString("\"a\"\n".into())),
+                json!({"type": "stop", "matched": "\"a\"\n"}),
+            ),
+            (
+                Some(Finish::StopToken(13)),
+                json!({"type": "stop", "matched": 13}),
+            ),
+            (Some(Finish::Stop), json!({"type": "stop", "matched": null})),
+            (Some(Finish::Length), json!({"type": "length", "length": 5})),
+            (
+                Some(Finish::Abort("é \u{1}".into())),
+                json!({"type": "abort", "message": "é \u{1}"}),
+            ),
+        ];
+        for (finish, want) in cases {
+            let f = finish_json(finish.as_ref(), 5, Some(7));
+            let mut got = Vec::new();
+            f.write_json(&mut got);
+            assert_eq!(got, serde_json::to_vec(&want).unwrap(), "{finish:?}");
+            assert_eq!(serde_json::to_vec(&f).unwrap(), got, "{finish:?}");
+        }
     }
 
     #[test]

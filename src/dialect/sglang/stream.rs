@@ -184,7 +184,7 @@ impl Encoder {
 /// Choice `index`'s `meta_info` as it stands (`st` its state): the prompt's count from the
 /// upstream's running usage, else from the request's token ids (as SGLang itself reports it
 /// from the first chunk).
-fn meta<'a>(ctx: &'a Ctx, tally: &Tally, st: &Choice, index: u32) -> MetaInfo<'a> {
+fn meta<'a>(ctx: &'a Ctx, tally: &Tally, st: &'a Choice, index: u32) -> MetaInfo<'a> {
     let prompt = tally.choice_prompt(index);
     let usage = Usage {
         prompt_tokens: prompt.or(ctx.choice_prompt(index)).unwrap_or(0),

@@ -235,15 +235,24 @@ pub fn decode_json<'a, T: serde::Deserialize<'a>>(body: &'a [u8]) -> Result<T, P
     use serde_json::de::{SliceRead, StrRead};
     // One UTF-8 check for the whole body rather than one per string (`dialect::json`).
     match std::str::from_utf8(body) {
-        Ok(text) => decode_from(|| StrRead::new(text)),
-        Err(_) => decode_from(|| SliceRead::new(body)),
+        Ok(text) => decode_from(|| StrRead::new(text), ""),
+        Err(_) => decode_from(|| SliceRead::new(body), ""),
     }
+}
+
+/// Decode a JSON value found at `prefix`, kept as its text (`RawValue`) by the outer
+/// decoder, naming the full field path on failure.
+pub fn decode_raw_at<'a, T: serde::Deserialize<'a>>(
+    raw: &'a serde_json::value::RawValue,
+    prefix: &str,
+) -> Result<T, ProxyError> {
+    decode_from(|| serde_json::de::StrRead::new(raw.get()), prefix)
 }
 
 /// `decode_json` over a reader made by `read`: serde alone first, since tracking the path
 /// costs allocations at every key; a body that fails is read again for its path (the same
-/// bytes fail the same way).
-fn decode_from<'a, R, T>(read: impl Fn() -> R) -> Result<T, ProxyError>
+/// bytes fail the same way), named under `prefix`.
+fn decode_from<'a, R, T>(read: impl Fn() -> R, prefix: &str) -> Result<T, ProxyError>
 where
     R: serde_json::de::Read<'a>,
     T: serde::Deserialize<'a>,
@@ -253,26 +262,9 @@ where
     }
     serde_path_to_error::deserialize(&mut serde_json::Deserializer::new(read())).map_err(|e| {
         let path = e.path().to_string();
-        let field = if path == "." { String::new() } else { path };
-        ProxyError::invalid(field, user_words(&e.into_inner()))
-    })
-}
-
-/// Decode a JSON value found at `prefix`, kept as its text by the outer decoder: serde alone
-/// first, and again with the path only when that fails (as `decode_json`).
-pub fn decode_raw_at<'a, T: serde::Deserialize<'a>>(
-    raw: &'a serde_json::value::RawValue,
-    prefix: &str,
-) -> Result<T, ProxyError> {
-    let text = raw.get();
-    if let Ok(value) = serde_json::from_str(text) {
-        return Ok(value);
-    }
-    let mut de = serde_json::Deserializer::from_str(text);
-    serde_path_to_error::deserialize(&mut de).map_err(|e| {
-        let path = e.path().to_string();
         let field = match path.as_str() {
             "." => prefix.to_string(),
+            p if prefix.is_empty() => p.to_string(),
             // A list's items are named `[i]`: no dot before them.
             p if p.starts_with('[') => format!("{prefix}{p}"),
             p => format!("{prefix}.{p}"),

@@ -268,17 +268,7 @@ fn id_list(bytes: &[u8]) -> Sure<(Vec<u32>, usize)> {
         return Some((ids, at + 1));
     }
     loop {
-        let digits = bytes[at..]
-            .iter()
-            .take_while(|b| b.is_ascii_digit())
-            .count();
-        let number = &bytes[at..at + digits];
-        if digits == 0 || digits > 10 || (digits > 1 && number[0] == b'0') {
-            return None;
-        }
-        let value = number
-            .iter()
-            .fold(0u64, |v, d| v * 10 + u64::from(d - b'0'));
+        let (value, digits) = plain_u64(&bytes[at..])?;
         ids.push(u32::try_from(value).ok()?);
         at += digits;
         match bytes.get(at) {

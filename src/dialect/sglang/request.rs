@@ -341,3 +341,44 @@ fn sampling_json(s: &Sampling) -> Map<String, Value> {
     put_some(&mut p, &optional);
     p
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn field(body: &str) -> Option<String> {
+        decode(body.as_bytes())
+            .err()
+            .and_then(|e| e.param().map(str::to_string))
+    }
+
+    #[test]
+    fn sampling_params_read_from_their_own_text() {
+        let plain = decode(br#"{"text": "a", "sampling_params": null}"#).unwrap();
+        assert_eq!(plain.sampling.max_tokens, Some(DEFAULT_MAX_NEW_TOKENS));
+        let one = decode(br#"{"text": "a", "sampling_params": {"max_new_tokens": 3}}"#).unwrap();
+        assert_eq!(one.sampling.max_tokens, Some(3));
+        let list = r#"{"text": ["a", "b"], "sampling_params": [{"top_k": 2}, {"top_k": 2}]}"#;
+        assert_eq!(decode(list.as_bytes()).unwrap().sampling.top_k, Some(2));
+        // Failures name the field by its whole path.
+        let cases = [
+            (
+                r#"{"text": "a", "sampling_params": {"top_k": "2"}}"#,
+                "sampling_params.top_k",
+            ),
+            (r#"{"text": "a", "sampling_params": 5}"#, "sampling_params"),
+            (
+                r#"{"text": ["a", "b"], "sampling_params": [{}, {"top_k": 1.5}]}"#,
+                "sampling_params[1].top_k",
+            ),
+            (
+                r#"{"text": ["a", "b"], "sampling_params": [{"top_k": 1}, {}]}"#,
+                "sampling_params",
+            ),
+            (r#"{"text": 5}"#, "text"),
+        ];
+        for (body, want) in cases {
+            assert_eq!(field(body).as_deref(), Some(want), "{body}");
+        }
+    }
+}

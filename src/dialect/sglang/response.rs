@@ -221,18 +221,24 @@ fn write_item(out: &mut Vec<u8>, ctx: &Ctx, c: &Choice, usage: Usage) {
     meta_info(ctx, c, usage, true).write_json(out);
     if let Some(ids) = &c.token_ids {
         out.extend_from_slice(b",\"output_ids\":[");
-        let mut digits = itoa::Buffer::new();
-        for (i, id) in ids.iter().enumerate() {
-            if i > 0 {
-                out.push(b',');
-            }
-            out.extend_from_slice(digits.format(*id).as_bytes());
-        }
+        push_ids(out, ids, false);
         out.push(b']');
     }
     out.extend_from_slice(b",\"text\":");
     json(out, &c.text);
     out.push(b'}');
+}
+
+/// Token ids as serde_json writes a list's items (no brackets), each after a comma when
+/// `after` says the list already has items.
+pub(super) fn push_ids(out: &mut Vec<u8>, ids: &[u32], mut after: bool) {
+    let mut digits = itoa::Buffer::new();
+    for &id in ids {
+        if std::mem::replace(&mut after, true) {
+            out.push(b',');
+        }
+        out.extend_from_slice(digits.format(id).as_bytes());
+    }
 }
 
 pub fn encode(resp: &Response, ctx: &Ctx) -> Vec<u8> {

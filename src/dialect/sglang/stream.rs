@@ -6,7 +6,7 @@ use compact_str::CompactString;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::response::{finish_from_json, meta_info, MetaInfo};
+use super::response::{finish_from_json, meta_info, push_ids, MetaInfo};
 use crate::dialect::Ctx;
 use crate::error::ProxyError;
 use crate::model::{Choice, Chunk, Event, Tally, Usage};
@@ -64,17 +64,9 @@ fn write_event(
     out.put_slice(scratch);
     if let Some(i) = index {
         out.put_slice(b",\"index\":");
-        out.put_slice(itoa(i, scratch));
+        out.put_slice(itoa::Buffer::new().format(i).as_bytes());
     }
     out.put_slice(b"}\n\n");
-}
-
-/// `n` as serde_json writes it, in `scratch`.
-fn itoa(n: u32, scratch: &mut Vec<u8>) -> &[u8] {
-    scratch.clear();
-    // Writing a number into a `Vec` cannot fail.
-    let _ = serde_json::to_writer(&mut *scratch, &n);
-    scratch
 }
 
 impl Written {
@@ -88,12 +80,8 @@ impl Written {
                 self.text.extend_from_slice(inner);
             }
         }
-        for &id in ids.unwrap_or_default() {
-            if !self.ids.is_empty() {
-                self.ids.push(b',');
-            }
-            self.ids.extend_from_slice(itoa(id, scratch));
-        }
+        let after = !self.ids.is_empty();
+        push_ids(&mut self.ids, ids.unwrap_or_default(), after);
     }
 }
 

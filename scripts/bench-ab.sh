@@ -6,7 +6,7 @@
 # not enough. A benchmark, not a test; 127.0.0.1 only, bounded by wrk's -d.
 #   scripts/bench-ab.sh A_BINARY B_BINARY    ROUNDS=3 DURATION=5s
 #   MODES="sglang sglang-stream nonstream"   sglang: /generate translated to the vLLM mock;
-#                                            nonstream: /v1/completions passed through
+#                                            nonstream, stream: /v1/completions passed through
 set -euo pipefail
 A=${1:?usage: bench-ab.sh A_BINARY B_BINARY} B=${2:?usage: bench-ab.sh A_BINARY B_BINARY}
 ROUNDS=${ROUNDS:-3} DURATION=${DURATION:-5s} MODES=${MODES:-sglang sglang-stream nonstream}
@@ -33,12 +33,13 @@ lua() { printf 'wrk.method="POST"\nwrk.body=%s\nwrk.headers["Content-Type"]="app
 lua '{"text":"a b c d","sampling_params":{"max_new_tokens":16,"ignore_eos":true}}' >"$W/sglang.lua"
 lua '{"text":"a b c d","sampling_params":{"max_new_tokens":16,"ignore_eos":true},"stream":true}' >"$W/sglang-stream.lua"
 lua '{"model":"mock-model","prompt":"a b c d","max_tokens":16,"ignore_eos":true}' >"$W/nonstream.lua"
+lua '{"model":"mock-model","prompt":"a b c d","max_tokens":16,"ignore_eos":true,"stream":true}' >"$W/stream.lua"
 cpu() { awk '{print $14 + $15}' /proc/$1/stat; }
 tck=$(getconf CLK_TCK)
 echo "# A=$A B=$B — $(date -u '+%F %R') UTC, load $(cut -d' ' -f1-3 /proc/loadavg)"
 for r in $(seq 1 "$ROUNDS"); do
   for mode in $MODES; do
-    path=/generate; [ "$mode" = nonstream ] && path=/v1/completions
+    path=/v1/completions; [[ $mode == sglang* ]] && path=/generate
     for side in A B; do
       c0=$(cpu ${PID[$side]})
       out=$(wrk -t1 -c32 -d"$DURATION" -s "$W/$mode.lua" "http://127.0.0.1:${PORT[$side]}$path")

@@ -1,21 +1,24 @@
 #!/usr/bin/env bash
-# Instructions per request in `lingo serve`, by callgrind: repeatable on a shared, noisy
-# machine where req/s and CPU time are not. One instant `lingo mock --kind vllm`, lingo on
-# one worker runtime under callgrind, and a client on one keep-alive connection sending
-# WARM requests, then N more with collection on; prints instructions per request (the N's
-# only) and the top functions by their own instructions.
+# Instructions per request in `lingo serve` (or in nginx, PROXY=nginx), by callgrind:
+# repeatable on a shared, noisy machine where req/s and CPU time are not. One instant
+# `lingo mock --kind vllm`, the proxy on one worker under callgrind, and a client on one
+# keep-alive connection sending WARM requests, then N more with collection on; prints
+# instructions per request (the N's only) and the top functions by their own instructions.
 #   MODE=nonstream|stream|sglang|sglang-stream   (default nonstream)
 #   N=2000 WARM=300 TOKENS=16   LINGO=path (default: target/release/lingo, built if missing)
 #   REPLICAS=1                  more: one round-robin pool of that many mock replicas
 #   TTFT=0s ITL=0s              the mock's pacing: with ITL, every event arrives on its own
 #                               and is read, decoded and written on its own (per-token cost)
 #   OUT=dir                     keep callgrind.out there (default: a temporary directory)
+#   PROXY=lingo|nginx           nginx: the same load through nginx (one worker process,
+#                               bench-peers.sh's proxy settings), the yardstick for lingo's
+#                               figures; MODE nonstream or stream only
 # Build with line tables for readable names: CARGO_PROFILE_RELEASE_DEBUG=line-tables-only.
 # Talks to 127.0.0.1 only; bounded by N and curl's timeouts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODE=${MODE:-nonstream} N=${N:-2000} WARM=${WARM:-300} TOKENS=${TOKENS:-16}
-REPLICAS=${REPLICAS:-1} TTFT=${TTFT:-0s} ITL=${ITL:-0s}
+REPLICAS=${REPLICAS:-1} TTFT=${TTFT:-0s} ITL=${ITL:-0s} PROXY=${PROXY:-lingo}
 TARGET=${CARGO_TARGET_DIR:-target}
 LINGO=${LINGO:-$TARGET/release/lingo}
 [[ -x "$LINGO" ]] || cargo build --release --quiet --bin lingo
@@ -36,13 +39,41 @@ pids+=($!)
 for _ in $(seq 1 200); do [ "$(wc -l <"$OUT/mock.urls")" -ge "$REPLICAS" ] && break; sleep 0.05; done
 mapfile -t URLS <"$OUT/mock.urls"
 [ "${#URLS[@]}" -ge "$REPLICAS" ] || { echo "the mock did not start" >&2; cat "$OUT/mock.log" >&2; exit 1; }
-printf '[pools.p]\npolicy = "round_robin"\nendpoints = [%s]\n' \
-  "$(printf '{ url = "%s", kind = "vllm" },' "${URLS[@]:0:$REPLICAS}")" >"$OUT/lingo.toml"
-LINGO_LOG=warn valgrind --tool=callgrind --instr-atstart=no \
-  --callgrind-out-file="$OUT/callgrind.out" \
-  "$LINGO" serve --listen "127.0.0.1:$LPORT" --config "$OUT/lingo.toml" --workers 1 \
-  >"$OUT/lingo.log" 2>&1 &
-VG=$!
+if [ "$PROXY" = nginx ]; then
+  command -v nginx >/dev/null || { echo "nginx is not installed (scripts/bench-peers.sh installs it)" >&2; exit 1; }
+  [[ $MODE == sglang* ]] && { echo "nginx does not translate: MODE nonstream or stream" >&2; exit 2; }
+  mkdir -p "$OUT/nginx"
+  cat >"$OUT/nginx/nginx.conf" <<NGX
+worker_processes 1;
+master_process off;
+daemon off;
+pid $OUT/nginx/nginx.pid;
+error_log $OUT/nginx/error.log;
+events { worker_connections 1024; }
+http {
+  access_log off;
+  client_body_temp_path $OUT/nginx/body;
+  proxy_temp_path $OUT/nginx/proxy;
+  keepalive_requests 1000000;
+  upstream mock { $(printf 'server %s; ' "${URLS[@]:0:$REPLICAS}" | sed 's#http://##g') keepalive 64; keepalive_requests 1000000; }
+  server {
+    listen 127.0.0.1:$LPORT;
+    location / { proxy_pass http://mock; proxy_http_version 1.1; proxy_set_header Connection ""; proxy_buffering off; }
+  }
+}
+NGX
+  valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$OUT/callgrind.out" \
+    nginx -c "$OUT/nginx/nginx.conf" >"$OUT/proxy.log" 2>&1 &
+  VG=$!
+else
+  printf '[pools.p]\npolicy = "round_robin"\nendpoints = [%s]\n' \
+    "$(printf '{ url = "%s", kind = "vllm" },' "${URLS[@]:0:$REPLICAS}")" >"$OUT/lingo.toml"
+  LINGO_LOG=warn valgrind --tool=callgrind --instr-atstart=no \
+    --callgrind-out-file="$OUT/callgrind.out" \
+    "$LINGO" serve --listen "127.0.0.1:$LPORT" --config "$OUT/lingo.toml" --workers 1 \
+    >"$OUT/proxy.log" 2>&1 &
+  VG=$!
+fi
 pids+=($VG)
 
 case $MODE in
@@ -77,10 +108,10 @@ drive "$WARM"
 callgrind_control -i on "$VG" >/dev/null 2>&1
 drive "$N"
 callgrind_control -i off "$VG" >/dev/null 2>&1
-# Instrumentation off: the profile valgrind writes as lingo exits holds the N requests only.
+# Instrumentation off: the profile valgrind writes as the proxy exits holds the N requests only.
 kill "$VG"; wait "$VG" 2>/dev/null || true
 dump=$OUT/callgrind.out
 total=$(callgrind_annotate "$dump" 2>/dev/null | awk '/PROGRAM TOTALS/ && !t {gsub(",","",$1); t=$1} END {print t}')
-echo "mode=$MODE replicas=$REPLICAS requests=$N tokens=$TOKENS ttft=$TTFT itl=$ITL instructions=$total per_request=$((total / N)) per_token=$((total / N / TOKENS))"
+echo "proxy=$PROXY mode=$MODE replicas=$REPLICAS requests=$N tokens=$TOKENS ttft=$TTFT itl=$ITL instructions=$total per_request=$((total / N)) per_token=$((total / N / TOKENS))"
 callgrind_annotate --threshold=80 "$dump" 2>/dev/null | sed -n '/file:function/,$p' | sed -n 1,30p
 echo "profile: $dump"

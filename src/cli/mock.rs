@@ -137,7 +137,9 @@ async fn run_one(args: &MockArgs, config: MockConfig) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("binding {}", args.listen))?;
-    tracing::info!(listen = %args.listen, kind = args.kind.as_str(), model = %args.model, "lingo mock");
+    // The bound address, not the asked one: with port 0 that is the only way to learn it.
+    let listen = listener.local_addr()?;
+    tracing::info!(%listen, kind = args.kind.as_str(), model = %args.model, "lingo mock");
     tokio::select! {
         r = lingo::mock::serve(listener, config) => r?,
         _ = super::shutdown_signal() => {}

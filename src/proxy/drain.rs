@@ -3,15 +3,16 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
-
-use futures_util::task::{ArcWake, AtomicWaker};
+use std::task::{Context, Poll};
 
 use tokio::sync::watch;
 
+use super::gate::Gated;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[repr(u8)]
 enum Phase {
     Serving,
     Draining,
@@ -23,6 +24,10 @@ enum Phase {
 pub struct Drain {
     tx: Arc<watch::Sender<Phase>>,
     rx: watch::Receiver<Phase>,
+    /// The phase as a number, set with the channel's value: what the request path reads at
+    /// every event. A load leaves the cache line shared between the workers' cores; the
+    /// channel's `borrow` takes its lock, a write to that line from every core.
+    now: Arc<AtomicU8>,
 }
 
 impl Default for Drain {
@@ -31,6 +36,7 @@ impl Default for Drain {
         Drain {
             tx: Arc::new(tx),
             rx,
+            now: Arc::new(AtomicU8::new(Phase::Serving as u8)),
         }
     }
 }
@@ -51,20 +57,22 @@ impl Drain {
             let later = to > *p;
             if later {
                 *p = to;
+                // Before the channel wakes its waiters: a woken `Reach` reads this first.
+                self.now.store(to as u8, Ordering::Release);
             }
             later
         });
     }
 
     pub fn is_draining(&self) -> bool {
-        *self.rx.borrow() >= Phase::Draining
+        self.now.load(Ordering::Acquire) >= Phase::Draining as u8
     }
 
     pub fn is_expired(&self) -> bool {
-        *self.rx.borrow() == Phase::Expired
+        self.now.load(Ordering::Acquire) == Phase::Expired as u8
     }
 
-    /// Resolves once draining has started.
+    /// Resolves once draining starts.
     pub fn draining(&self) -> Reach {
         self.reach(Phase::Draining)
     }
@@ -76,51 +84,40 @@ impl Drain {
 
     fn reach(&self, phase: Phase) -> Reach {
         let mut rx = self.rx.clone();
-        // Set: the first poll polls the wait.
-        let woke = Arc::new(Woke {
-            flag: AtomicBool::new(true),
-            task: AtomicWaker::new(),
+        let wait: Wait = Box::pin(async move {
+            // The sender lives as long as any clone of `Drain`, so this only fails when
+            // none is left to ever advance it: then the phase is never reached.
+            if rx.wait_for(|p| *p >= phase).await.is_err() {
+                std::future::pending::<()>().await;
+            }
         });
         Reach {
-            rx: self.rx.clone(),
+            now: self.now.clone(),
             phase,
-            wait: Box::pin(async move {
-                // The sender lives as long as any clone of `Drain`, so this only fails when
-                // none is left to ever advance it: then the phase is never reached.
-                if rx.wait_for(|p| *p >= phase).await.is_err() {
-                    std::future::pending::<()>().await;
-                }
-            }),
-            woke: woke.clone(),
-            waker: futures_util::task::waker(woke),
+            wait: Gated::new(wait),
+            done: false,
         }
     }
 }
 
+type Wait = Pin<Box<dyn Future<Output = ()> + Send + Sync>>;
+
 /// A wait for a phase. A connection or a stream polls it at every wake-up of its task (every
-/// read, every event), and the channel's own wait takes a lock at each poll: so the channel's
-/// wait is polled only after it woke its own waker (a flag in front of the task's), as
-/// `FuturesUnordered` polls only the futures that woke. Any wake counts, spurious ones too
-/// (the channel has them), so the wait never sits unpolled without the channel's waker.
+/// read, every event), and the channel's own wait takes a lock at each poll: so the phase is
+/// read from `Drain::now`, and the channel's wait is polled only after it woke its own
+/// waker (`Gated`).
 pub struct Reach {
-    rx: watch::Receiver<Phase>,
+    now: Arc<AtomicU8>,
     phase: Phase,
-    wait: Pin<Box<dyn Future<Output = ()> + Send + Sync>>,
-    woke: Arc<Woke>,
-    /// `woke` as a waker, given to the channel.
-    waker: Waker,
+    wait: Gated<Wait>,
+    /// Resolved: it says so again without polling the finished wait.
+    done: bool,
 }
 
-/// Set when the channel wakes the wait; passes the wake on to the task.
-struct Woke {
-    flag: AtomicBool,
-    task: AtomicWaker,
-}
-
-impl ArcWake for Woke {
-    fn wake_by_ref(w: &Arc<Self>) {
-        w.flag.store(true, Ordering::Release);
-        w.task.wake();
+impl Reach {
+    /// Whether the phase has come (without waiting for it).
+    pub fn reached(&self) -> bool {
+        self.done || self.now.load(Ordering::Acquire) >= self.phase as u8
     }
 }
 
@@ -129,22 +126,19 @@ impl Future for Reach {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let this = self.get_mut();
-        if *this.rx.borrow() >= this.phase {
+        if this.reached() || Pin::new(&mut this.wait).poll(cx).is_ready() {
+            this.done = true;
             return Poll::Ready(());
         }
-        this.woke.task.register(cx.waker());
-        // Cleared before the poll: a wake during or after it is seen at the next one.
-        if !this.woke.flag.swap(false, Ordering::AcqRel) {
-            return Poll::Pending;
-        }
-        let mut own = Context::from_waker(&this.waker);
-        this.wait.as_mut().poll(&mut own)
+        Poll::Pending
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use futures_util::task::ArcWake;
+    use std::task::Waker;
 
     #[tokio::test]
     async fn phases_only_move_forward_and_wake_waiters() {

@@ -6,6 +6,7 @@ mod aux_native;
 pub mod drain;
 mod fleet_status;
 mod front;
+pub(crate) mod gate;
 mod generate;
 mod layers;
 mod respond;

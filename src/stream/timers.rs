@@ -32,9 +32,13 @@ pub struct Timers {
     first_token: Option<Instant>,
     idle: Duration,
     total: Option<Instant>,
-    /// Reused for every wait, reset to the nearest deadline.
+    /// Reused for every wait. Between events it is left where it is when the next deadline
+    /// is later (see `arm_chunk`).
     sleep: Pin<Box<Sleep>>,
-    drain: Drain,
+    /// Where `sleep` is set.
+    armed: Instant,
+    /// The deadline of the chunk being waited for: `armed` or later.
+    due: Instant,
     /// `drain.expired()`, made once (it says Ready again if polled after it resolved).
     expired: Reach,
 }
@@ -61,7 +65,8 @@ impl Timers {
             idle: t.stream_idle,
             total,
             sleep: Box::pin(tokio::time::sleep_until(now)),
-            drain: drain.clone(),
+            armed: now,
+            due: now,
             expired: drain.expired(),
         }
     }
@@ -79,10 +84,10 @@ impl Timers {
     /// Run `f` (the upstream exchange up to its headers, or reading a whole body) unless
     /// `total` or the shutdown deadline comes first.
     pub fn guard<F>(&mut self, f: F) -> Guarded<'_, F> {
-        let expired = self.drain.is_expired();
+        let expired = self.expired.reached();
         // Without `timeouts.total` (the default) there is no timer to arm at all.
         if let (Some(deadline), false) = (self.total, expired) {
-            self.sleep.as_mut().reset(deadline);
+            self.set(deadline);
         }
         Guarded {
             f,
@@ -94,12 +99,24 @@ impl Timers {
     /// Start waiting for the next body chunk (the pipeline polls the body itself, then
     /// `poll_fired`): the timer that will fire, or the shutdown that already came.
     pub fn arm_chunk(&mut self) -> Result<Timer, ProxyError> {
-        if self.drain.is_expired() {
+        if self.expired.reached() {
             return Err(ProxyError::ShuttingDown);
         }
         let (deadline, timer) = self.chunk_deadline();
-        self.sleep.as_mut().reset(deadline);
+        // A stream's idle deadline moves at every event, and resetting the sleep re-files
+        // it in the runtime's timer wheel each time. A later deadline is left to
+        // `poll_fired`, which moves the sleep on when it ends before `due`.
+        self.due = deadline;
+        if deadline < self.armed || self.sleep.is_elapsed() {
+            self.set(deadline);
+        }
         Ok(timer)
+    }
+
+    fn set(&mut self, deadline: Instant) {
+        self.sleep.as_mut().reset(deadline);
+        self.armed = deadline;
+        self.due = deadline;
     }
 
     /// The armed wait's end, if it came: the timer's expiry or the shutdown deadline.
@@ -108,8 +125,13 @@ impl Timers {
         cx: &mut std::task::Context<'_>,
         timer: Timer,
     ) -> std::task::Poll<ProxyError> {
-        if self.sleep.as_mut().poll(cx).is_ready() {
-            return std::task::Poll::Ready(ProxyError::Timeout(timer));
+        while self.sleep.as_mut().poll(cx).is_ready() {
+            if self.armed >= self.due {
+                return std::task::Poll::Ready(ProxyError::Timeout(timer));
+            }
+            // Ended early (the deadline moved on since it was set): wait for the rest.
+            let due = self.due;
+            self.set(due);
         }
         if Pin::new(&mut self.expired).poll(cx).is_ready() {
             return std::task::Poll::Ready(ProxyError::ShuttingDown);
@@ -194,6 +216,38 @@ mod tests {
         let mut t = Timers::start(&timeouts(100, 600, 50, Some(10)), now(), &d, false);
         let slow = async { std::future::pending::<Result<(), ProxyError>>().await };
         assert_eq!(t.guard(slow).await, Err(ProxyError::Timeout(Timer::Total)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_deadline_moved_on_by_events_fires_at_its_own_time() {
+        let d = Drain::default();
+        let mut t = Timers::start(&timeouts(100, 600, 50, None), now(), &d, true);
+        t.token_seen();
+        // Events every 30 ms: each moves the idle deadline 50 ms on from itself. The
+        // sleep set at the first wait is left there; reaching it must not end the stream.
+        for _ in 0..5 {
+            let event = tokio::time::sleep(Duration::from_millis(30));
+            assert_eq!(chunk(&mut t, event).await, Ok(()));
+        }
+        let start = tokio::time::Instant::now();
+        let never = std::future::pending::<()>;
+        assert_eq!(
+            chunk(&mut t, never()).await,
+            Err(ProxyError::Timeout(Timer::StreamIdle))
+        );
+        assert_eq!(
+            start.elapsed(),
+            Duration::from_millis(50),
+            "50 ms after the last event"
+        );
+        // A first wait ends at its own deadline too.
+        let mut t = Timers::start(&timeouts(20, 600, 50, None), now(), &d, true);
+        let start = tokio::time::Instant::now();
+        assert_eq!(
+            chunk(&mut t, never()).await,
+            Err(ProxyError::Timeout(Timer::FirstToken))
+        );
+        assert_eq!(start.elapsed(), Duration::from_millis(20));
     }
 
     #[tokio::test(start_paused = true)]

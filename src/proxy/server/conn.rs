@@ -28,6 +28,7 @@ use tower::ServiceExt;
 
 use super::limit::Gate;
 use crate::proxy::drain::Drain;
+use crate::proxy::gate::Gated;
 use crate::proxy::Front;
 
 /// How long a connection asked to close (idle, reclaimed, draining) may take to say goodbye
@@ -516,9 +517,11 @@ pub(super) async fn serve(tcp: TcpStream, shared: Arc<Shared>, permit: OwnedSema
     let mut draining = shared.drain.is_draining();
     // The waits live across turns of the loop, each made again only once it fired: made
     // anew at every turn, each would register (and, dropped, unregister) again.
+    // The side waits are gated (`Gated`): polled again only once their own channel woke
+    // them, not at every read and write of the connection.
     let drain = shared.drain.draining();
-    let changed = activity.changed.notified();
-    let reclaim = next_change(reclaims);
+    let changed = Gated::new(activity.changed.notified());
+    let reclaim = Gated::new(next_change(reclaims));
     let sleep = tokio::time::sleep_until(Instant::now());
     tokio::pin!(drain, changed, reclaim, sleep);
     let mut armed: Option<Instant> = None;
@@ -570,10 +573,10 @@ pub(super) async fn serve(tcp: TcpStream, shared: Arc<Shared>, permit: OwnedSema
                 false => Poll::Pending,
             }) => {}
             _ = sleep.as_mut(), if wake.is_some() => armed = None,
-            _ = changed.as_mut() => changed.set(activity.changed.notified()),
+            _ = changed.as_mut() => changed.as_mut().renew(activity.changed.notified()),
             rx = reclaim.as_mut() => {
                 reclaim_asked = true;
-                reclaim.set(next_change(rx));
+                reclaim.as_mut().renew(next_change(rx));
             }
             _ = drain.as_mut(), if !draining => {
                 draining = true;

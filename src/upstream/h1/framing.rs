@@ -81,13 +81,14 @@ impl Chunked {
         loop {
             match self {
                 Chunked::Size => {
-                    let Some(line) = take_line(buf)? else {
+                    let Some((len, taken)) = line(buf)? else {
                         return Ok(Step::NeedMore);
                     };
-                    *self = match parse_size(&line)? {
+                    *self = match parse_size(&buf[..len])? {
                         0 => Chunked::Trailers,
                         n => Chunked::Data(n),
                     };
+                    buf.advance(taken);
                 }
                 Chunked::Data(left) => {
                     if buf.is_empty() {
@@ -110,10 +111,11 @@ impl Chunked {
                     *self = Chunked::Size;
                 }
                 Chunked::Trailers => {
-                    let Some(line) = take_line(buf)? else {
+                    let Some((len, taken)) = line(buf)? else {
                         return Ok(Step::NeedMore);
                     };
-                    if line.is_empty() {
+                    buf.advance(taken);
+                    if len == 0 {
                         *self = Chunked::Done;
                     }
                 }
@@ -123,22 +125,21 @@ impl Chunked {
     }
 }
 
-/// One CRLF- (or bare LF-) terminated line, without its terminator; `None` until it is all
-/// there.
-fn take_line(buf: &mut BytesMut) -> Result<Option<BytesMut>, &'static str> {
+/// The next line's length without its CRLF (or LF), and how much of `buf` it takes with
+/// its end: read in place, so that a chunk's size line costs no split of the buffer.
+fn line(buf: &[u8]) -> Result<Option<(usize, usize)>, &'static str> {
     let window = &buf[..buf.len().min(MAX_LINE + 1)];
-    let Some(lf) = window.iter().position(|&b| b == b'\n') else {
+    let Some(lf) = memchr::memchr(b'\n', window) else {
         if window.len() > MAX_LINE {
             return Err("a chunk-size or trailer line is longer than 4096 bytes");
         }
         return Ok(None);
     };
-    let mut line = buf.split_to(lf + 1);
-    line.truncate(lf);
-    if line.last() == Some(&b'\r') {
-        line.truncate(lf - 1);
-    }
-    Ok(Some(line))
+    let len = match lf > 0 && window[lf - 1] == b'\r' {
+        true => lf - 1,
+        false => lf,
+    };
+    Ok(Some((len, lf + 1)))
 }
 
 /// The hex size at the start of a chunk-size line; extensions after `;` are ignored.

@@ -83,8 +83,8 @@ pub async fn admit(State(a): State<Admission>, req: Request, next: Next) -> Resp
     };
     next.run(req).await.map(|inner| {
         Body::new(Held {
-            inner,
             permit: Some(permit),
+            inner,
         })
     })
 }
@@ -110,8 +110,10 @@ pub(crate) fn refusal(dialect: Dialect, err: &ProxyError) -> Response {
 
 /// A response body holding its in-flight slot until the body ends, fails or is dropped.
 struct Held {
-    inner: Body,
+    // Dropped first (fields drop in order): the slot is free before the inner body's drop
+    // closes the upstream connection, so an upstream that saw the abort can count on it.
     permit: Option<OwnedSemaphorePermit>,
+    inner: Body,
 }
 
 impl http_body::Body for Held {

@@ -98,7 +98,8 @@ async fn attempts(
     key: &Key,
 ) -> Response {
     pool.budget.request();
-    let mut tried: Vec<Arc<Endpoint>> = Vec::new();
+    // Inline: most requests try one endpoint, and a heap Vec was a malloc per request.
+    let mut tried: smallvec::SmallVec<[Arc<Endpoint>; 2]> = smallvec::SmallVec::new();
     let mut last: Option<ProxyError> = None;
     loop {
         let (ep, kind) = match choose(st, pool, key, &tried).await {

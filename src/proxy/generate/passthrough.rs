@@ -60,13 +60,15 @@ pub async fn handle(
         }
     };
     let alias = peek.model.as_deref().filter(|m| st.models.is_alias(m));
-    let label_model = match &peek.model {
-        Some(m) => Some(m.clone()),
-        // Only for the metric label; discovering the model once is worth it.
+    // Only for the metric label (borrowed: the record takes its own); discovering the
+    // model once is worth it.
+    let discovered = match &peek.model {
+        Some(_) => None,
         None => st.default_model().await.ok(),
     };
+    let label_model = peek.model.as_deref().or(discovered.as_deref());
     let stream = peek.streams(dialect) || at.stream;
-    let mut rec = respond::record(st, dialect, label_model.as_deref(), at);
+    let mut rec = respond::record(st, dialect, label_model, at);
     rec.stream = stream;
     rec.prompt_tokens = peek.ids_len;
     rec.max_tokens = peek.max_tokens;

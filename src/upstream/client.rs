@@ -48,7 +48,7 @@ impl UpstreamResponse {
         let error = !self.status.is_success();
         let limit = if error { b.error } else { b.whole };
         let mut body = self.body;
-        let mut out = bytes::BytesMut::new();
+        let mut out = Gathered::default();
         loop {
             let frame = match tokio::time::timeout(b.idle, body.frame()).await {
                 Err(_) => return Err(ProxyError::Timeout(Timer::StreamIdle)),
@@ -62,7 +62,7 @@ impl UpstreamResponse {
                 continue;
             };
             if out.len() + data.len() <= limit {
-                out.extend_from_slice(&data);
+                out.push(data);
                 continue;
             }
             if !error {
@@ -70,9 +70,54 @@ impl UpstreamResponse {
                     "the answer is larger than limits.max_upstream_body ({limit} bytes)"
                 )));
             }
-            out.extend_from_slice(&data[..limit - out.len()]);
-            out.extend_from_slice(format!(" ... [cut at {limit} bytes]").as_bytes());
+            let room = limit - out.len();
+            out.push(data.slice(..room));
+            out.push(Bytes::from(format!(" ... [cut at {limit} bytes]")));
             return Ok(out.freeze());
+        }
+    }
+}
+
+/// A whole body from its frames. Most answers arrive in one frame (one read): that frame is
+/// the body, neither copied nor given a buffer of its own.
+#[derive(Default)]
+enum Gathered {
+    #[default]
+    Empty,
+    One(Bytes),
+    Many(bytes::BytesMut),
+}
+
+impl Gathered {
+    fn len(&self) -> usize {
+        match self {
+            Gathered::Empty => 0,
+            Gathered::One(b) => b.len(),
+            Gathered::Many(b) => b.len(),
+        }
+    }
+
+    fn push(&mut self, data: Bytes) {
+        *self = match std::mem::take(self) {
+            Gathered::Empty => Gathered::One(data),
+            Gathered::One(first) => {
+                let mut all = bytes::BytesMut::with_capacity(first.len() + data.len());
+                all.extend_from_slice(&first);
+                all.extend_from_slice(&data);
+                Gathered::Many(all)
+            }
+            Gathered::Many(mut all) => {
+                all.extend_from_slice(&data);
+                Gathered::Many(all)
+            }
+        };
+    }
+
+    fn freeze(self) -> Bytes {
+        match self {
+            Gathered::Empty => Bytes::new(),
+            Gathered::One(b) => b,
+            Gathered::Many(b) => b.freeze(),
         }
     }
 }
@@ -516,7 +561,25 @@ pub fn forward_headers(headers: &HeaderMap) -> Vec<(HeaderName, HeaderValue)> {
 
 #[cfg(test)]
 mod tests {
-    use super::redact_url;
+    use super::{redact_url, Bytes, Gathered};
+
+    #[test]
+    fn a_body_in_one_frame_is_that_frame_and_more_are_joined_in_order() {
+        let one = Bytes::from_static(b"{\"a\":1}");
+        let mut g = Gathered::default();
+        assert_eq!(g.len(), 0);
+        g.push(one.clone());
+        let whole = g.freeze();
+        assert_eq!(whole, one);
+        assert_eq!(whole.as_ptr(), one.as_ptr(), "one frame is not copied");
+        let mut g = Gathered::default();
+        for part in ["ab", "", "cd", "e"] {
+            g.push(Bytes::from(part));
+        }
+        assert_eq!(g.len(), 5);
+        assert_eq!(g.freeze(), "abcde");
+        assert_eq!(Gathered::default().freeze(), "");
+    }
 
     #[test]
     fn redact_url_masks_credentials_only() {

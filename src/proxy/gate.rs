@@ -1,10 +1,11 @@
 //! A future polled only after it woke its own waker: for the side waits a task polls at
-//! every wake-up (a connection's drain and reclaim signals, a stream's shutdown deadline)
-//! while its real work wakes it far more often.
+//! every wake-up (a connection's drain, reclaim and `changed` signals, a stream's shutdown
+//! deadline) while its real work wakes it far more often.
 //!
-//! Why: tokio's channel and `Notify` waits take a lock at every poll, and the channels
-//! behind these waits are shared by every connection on every worker. Polled at each event
-//! of each stream, that was a lock on a cache line both cores write. Behind a gate, a wait
+//! Why: tokio's channel and `Notify` waits take a lock at every poll, and the drain's and
+//! the reclaim signal's channels are shared by every connection on every worker. Polled at
+//! each event of each stream, that was a lock on a cache line both cores write (and, for a
+//! connection's own `Notify`, a lock for nothing). Behind a gate, a wait
 //! is polled once to register, then again only when its channel woke it (as
 //! `FuturesUnordered` polls only the futures that woke).
 

@@ -98,6 +98,9 @@ impl Gathered {
     }
 
     fn push(&mut self, data: Bytes) {
+        if data.is_empty() {
+            return;
+        }
         *self = match std::mem::take(self) {
             Gathered::Empty => Gathered::One(data),
             Gathered::One(first) => {

@@ -515,10 +515,10 @@ pub(super) async fn serve(tcp: TcpStream, shared: Arc<Shared>, permit: OwnedSema
     // When lingo asked the connection to close; it is dropped `LINGER` later unless busy.
     let mut asked: Option<Instant> = None;
     let mut draining = shared.drain.is_draining();
-    // The waits live across turns of the loop, each made again only once it fired: made
-    // anew at every turn, each would register (and, dropped, unregister) again.
-    // The side waits are gated (`Gated`): polled again only once their own channel woke
-    // them, not at every read and write of the connection.
+    // The waits live across turns of the loop, each made again only once it fired (made
+    // anew at every turn, each would register, and dropped unregister, again), and are
+    // polled only once their own channel woke them (`Gated`; a `Reach` is gated inside),
+    // not at every read and write of the connection.
     let drain = shared.drain.draining();
     let changed = Gated::new(activity.changed.notified());
     let reclaim = Gated::new(next_change(reclaims));

@@ -180,8 +180,8 @@ async fn http2_gets_the_idle_clock_too() {
     assert!(ended.is_ok(), "HTTP/2 connection kept open while idle");
 }
 
-/// Idle connections past the open-file limit, held open, then fresh clients.
-async fn pile_up_then_serve(max_connections: Option<&str>) {
+/// Idle connections past the open-file limit, held open, then fresh clients; lingo's log.
+async fn pile_up_then_serve(max_connections: Option<&str>) -> String {
     let mock = common::mock(MockKind::Vllm).await;
     let url = mock.url();
     // Long clocks: what frees room is the reclaiming of idle connections, not a timeout.
@@ -200,8 +200,11 @@ async fn pile_up_then_serve(max_connections: Option<&str>) {
     }
     let lingo = child::spawn(Some(128), &args).await;
     let mut held = Vec::new();
-    for _ in 0..300 {
-        held.push(TcpStream::connect(lingo.addr).await.unwrap());
+    for i in 0..300 {
+        match TcpStream::connect(lingo.addr).await {
+            Ok(tcp) => held.push(tcp),
+            Err(e) => panic!("connection {i}: {e}\n{}", lingo.log()),
+        }
     }
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(0)
@@ -220,15 +223,19 @@ async fn pile_up_then_serve(max_connections: Option<&str>) {
         }
     }
     drop(held);
+    lingo.log()
 }
 
 #[tokio::test]
 async fn a_small_open_file_limit_keeps_serving_as_idle_connections_pile_up() {
-    pile_up_then_serve(None).await;
+    let log = pile_up_then_serve(None).await;
+    assert!(!log.contains("cap lowered"), "{log}");
 }
 
 #[tokio::test]
 async fn out_of_descriptors_the_accept_loop_backs_off_and_reclaims() {
-    // A cap above the limit: accept itself fails with EMFILE.
-    pile_up_then_serve(Some("1000")).await;
+    // A cap above the limit: accept itself fails with EMFILE, and the cap comes down so that
+    // a connection let in still has a descriptor for its upstream connection.
+    let log = pile_up_then_serve(Some("1000")).await;
+    assert!(log.contains("cap lowered"), "{log}");
 }

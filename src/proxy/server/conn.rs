@@ -22,11 +22,11 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto::Builder;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
-use tokio::sync::{Notify, OwnedSemaphorePermit};
+use tokio::sync::Notify;
 use tokio::time::Instant;
 use tower::ServiceExt;
 
-use super::limit::Gate;
+use super::limit::{Gate, Place};
 use crate::proxy::drain::Drain;
 use crate::proxy::gate::Gated;
 use crate::proxy::Front;
@@ -493,9 +493,9 @@ impl Future for Link<'_> {
     }
 }
 
-/// Serve one accepted connection until it ends or lingo ends it; `permit` is its place
+/// Serve one accepted connection until it ends or lingo ends it; `place` is its place
 /// under `limits.max_connections`.
-pub(super) async fn serve(tcp: TcpStream, shared: Arc<Shared>, permit: OwnedSemaphorePermit) {
+pub(super) async fn serve(tcp: TcpStream, shared: Arc<Shared>, place: Place) {
     let activity = Arc::new(Activity::new());
     let mut reclaims = shared.gate.reclaims();
     let mut first = [0u8; 24];
@@ -588,7 +588,7 @@ pub(super) async fn serve(tcp: TcpStream, shared: Arc<Shared>, permit: OwnedSema
             }
         }
     }
-    drop(permit);
+    drop(place);
 }
 
 /// The next change of `rx`, which it gives back for the one after.

@@ -1,6 +1,7 @@
 //! What bounds the number of client connections: the open-file limit (raised to its hard
 //! limit at start), the connection cap derived from it, and the gate the accept loop passes.
 
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -50,44 +51,102 @@ pub fn default_max_connections(nofile: u64) -> usize {
 /// One permit per open client connection, and the call to idle connections to make room.
 pub(super) struct Gate {
     permits: Arc<Semaphore>,
-    /// Fewer free permits than this is "near the cap": idle connections are closed.
-    low_water: usize,
+    /// The cap in force: `max_connections`, or lower once the open-file limit was reached
+    /// first (`out_of_files`).
+    cap: AtomicUsize,
+    /// Permits to retire as their connections close, for a cap lowered below what was open
+    /// (the semaphore holds `cap + owed` permits in all).
+    owed: Arc<AtomicUsize>,
     reclaim: watch::Sender<u64>,
     last_reclaim: Mutex<Option<Instant>>,
+    /// Serializes `out_of_files` (every worker's accept loop may call it at once).
+    lowering: Mutex<()>,
+}
+
+/// A client connection's place under the cap; given back (or retired) when dropped.
+pub(super) struct Place {
+    permit: Option<OwnedSemaphorePermit>,
+    owed: Arc<AtomicUsize>,
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        let retire = self
+            .owed
+            .fetch_update(Relaxed, Relaxed, |n| n.checked_sub(1))
+            .is_ok();
+        if let (true, Some(p)) = (retire, self.permit.take()) {
+            p.forget();
+        }
+    }
 }
 
 impl Gate {
     pub(super) fn new(cap: usize) -> Gate {
+        let cap = cap.clamp(1, Semaphore::MAX_PERMITS);
         Gate {
-            permits: Arc::new(Semaphore::new(cap.min(Semaphore::MAX_PERMITS))),
-            low_water: (cap / 16).max(1),
+            permits: Arc::new(Semaphore::new(cap)),
+            cap: AtomicUsize::new(cap),
+            owed: Arc::new(AtomicUsize::new(0)),
             reclaim: watch::channel(0).0,
             last_reclaim: Mutex::new(None),
+            lowering: Mutex::new(()),
         }
     }
 
     /// Room for one more connection. At the cap this waits, and the listener is not
     /// polled meanwhile: new connections wait in the kernel's backlog.
-    pub(super) async fn admit(&self) -> OwnedSemaphorePermit {
-        loop {
+    pub(super) async fn admit(&self) -> Place {
+        let permit = loop {
             if let Ok(p) = self.permits.clone().try_acquire_owned() {
                 if self.near_cap() {
                     self.reclaim();
                 }
-                return p;
+                break p;
             }
             self.reclaim();
             // The semaphore is never closed, so an error cannot happen; a retry is harmless.
             if let Ok(Ok(p)) =
                 tokio::time::timeout(AT_CAP_RETRY, self.permits.clone().acquire_owned()).await
             {
-                return p;
+                break p;
             }
+        };
+        Place {
+            permit: Some(permit),
+            owed: self.owed.clone(),
         }
     }
 
+    /// Accepting failed for want of descriptors before the cap was reached (`max_connections`
+    /// set above what the open-file limit holds): lower the cap to half the connections now
+    /// open, as each may need an upstream connection of its own, so that a connection let in
+    /// can still reach its upstream. The lower cap holds until restart.
+    pub(super) fn out_of_files(&self) {
+        let _one = self.lowering.lock().unwrap_or_else(PoisonError::into_inner);
+        let cap = self.cap.load(Relaxed);
+        let held = cap + self.owed.load(Relaxed);
+        let open = held.saturating_sub(self.permits.available_permits());
+        let lower = (open / 2).max(1);
+        if lower >= cap {
+            return;
+        }
+        self.cap.store(lower, Relaxed);
+        let excess = cap - lower;
+        let retired = self.permits.forget_permits(excess);
+        self.owed.fetch_add(excess - retired, Relaxed);
+        tracing::warn!(
+            was = cap,
+            now = lower,
+            open,
+            "open-file limit reached before the connection cap: cap lowered"
+        );
+    }
+
+    /// Fewer free places than a sixteenth of the cap: idle connections are closed.
     pub(super) fn near_cap(&self) -> bool {
-        self.permits.available_permits() < self.low_water
+        let low_water = (self.cap.load(Relaxed) / 16).max(1);
+        self.permits.available_permits() < low_water
     }
 
     /// Ask every idle connection to close (rate-limited).
@@ -153,5 +212,29 @@ mod tests {
         asks.mark_unchanged();
         drop(first);
         assert!(!gate.near_cap());
+    }
+
+    #[tokio::test]
+    async fn out_of_files_the_cap_drops_to_half_of_what_was_open() {
+        let gate = Gate::new(10);
+        let mut open = Vec::new();
+        for _ in 0..8 {
+            open.push(gate.admit().await);
+        }
+        gate.out_of_files();
+        assert_eq!(gate.cap.load(Relaxed), 4);
+        assert_eq!(gate.permits.available_permits(), 0);
+        // Again, from the other worker: already as low as the open connections ask.
+        gate.out_of_files();
+        assert_eq!(gate.cap.load(Relaxed), 4);
+        // The first four to close are retired; only then do places come free.
+        open.truncate(4);
+        assert_eq!(gate.permits.available_permits(), 0);
+        open.pop();
+        assert_eq!(gate.permits.available_permits(), 1);
+        let again = gate.admit().await;
+        assert_eq!(gate.permits.available_permits(), 0);
+        drop((again, open));
+        assert_eq!(gate.permits.available_permits(), 4);
     }
 }

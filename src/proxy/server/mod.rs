@@ -15,11 +15,10 @@ use std::time::Duration;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::OwnedSemaphorePermit;
 use tokio::task::JoinSet;
 
 use super::AppState;
-use limit::{Gate, Throttle};
+use limit::{Gate, Place, Throttle};
 
 /// After the grace period, how long streams have to send their in-band error and end.
 const FLUSH: Duration = Duration::from_secs(1);
@@ -84,22 +83,21 @@ async fn accept(
 }
 
 /// The next connection, once there is room for it.
-async fn next(
-    listener: &TcpListener,
-    gate: &Gate,
-    errors: &mut Throttle,
-) -> (TcpStream, OwnedSemaphorePermit) {
-    let permit = gate.admit().await;
+async fn next(listener: &TcpListener, gate: &Gate, errors: &mut Throttle) -> (TcpStream, Place) {
+    let place = gate.admit().await;
     loop {
         match listener.accept().await {
             Ok((tcp, _)) => {
                 // Streams are many small writes: Nagle's algorithm would hold tokens back.
                 let _ = tcp.set_nodelay(true);
-                return (tcp, permit);
+                return (tcp, place);
             }
             Err(e) if is_per_connection(&e) => {}
             Err(e) => {
                 errors.accept_error(&e);
+                if is_out_of_files(&e) {
+                    gate.out_of_files();
+                }
                 // Out of descriptors: idle connections give theirs back.
                 gate.reclaim();
                 tokio::time::sleep(ACCEPT_BACKOFF).await;
@@ -115,6 +113,13 @@ fn is_per_connection(e: &std::io::Error) -> bool {
         e.kind(),
         ConnectionAborted | ConnectionReset | ConnectionRefused | Interrupted
     )
+}
+
+/// EMFILE or ENFILE: the process's or the system's descriptors are all in use.
+fn is_out_of_files(e: &std::io::Error) -> bool {
+    use nix::errno::Errno;
+    e.raw_os_error()
+        .is_some_and(|n| matches!(Errno::from_raw(n), Errno::EMFILE | Errno::ENFILE))
 }
 
 /// The listener is closed; every connection has seen the drain start (idle and half-sent

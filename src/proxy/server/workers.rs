@@ -6,9 +6,9 @@
 //! the drain) and the connection cap. Background work (health checks, discovery, the
 //! metrics port) stays on tokio's runtime, which runs the drain's clock here too.
 //!
-//! Supervision is fail-fast, as a process supervisor expects: a worker that cannot start or
-//! stops before the drain (its runtime cannot be built, its accept loop panics) is logged,
-//! the others drain, and `run` returns the error, so `lingo serve` exits non-zero rather
+//! Supervision is fail-fast, as a process supervisor expects: the workers' runtimes are all
+//! built before any accepts (or `run` fails at once), and a worker that stops before the
+//! drain (its accept loop fails or panics) is logged, the others drain, and `run` returns the error, so `lingo serve` exits non-zero rather
 //! than go on with fewer workers unnoticed. The workers live no longer than `run`'s future:
 //! dropped (an embedding runtime shutting down, a test ending), it stops them at once, as
 //! dropping the shared runtime's accept loop drops its connections.
@@ -55,13 +55,13 @@ pub(super) async fn run(
         release: released,
         abort: aborted,
     };
+    let seats = seats(n, &socket)?;
     let mut threads = Vec::with_capacity(n);
-    for i in 0..n {
-        let socket = socket.try_clone()?;
+    for (i, seat) in seats.into_iter().enumerate() {
         let (state, shared, link) = (state.clone(), shared.clone(), link.clone());
         let thread = std::thread::Builder::new()
             .name(format!("lingo-worker-{i}"))
-            .spawn(move || supervised(i, socket, state, shared, link))?;
+            .spawn(move || supervised(i, seat, state, shared, link))?;
         threads.push(thread);
     }
     drop((socket, link));
@@ -125,6 +125,50 @@ impl Watch {
     }
 }
 
+/// What a worker needs to start: its runtime and its duplicate of the listening socket.
+/// All are made before any worker accepts: each takes descriptors (epoll, an eventfd, the
+/// duplicate), and a worker already accepting could leave none for the next.
+struct Seat {
+    rt: Unstarted,
+    socket: std::net::TcpListener,
+}
+
+/// A worker's runtime until its thread runs it. One never run (a thread that could not be
+/// spawned, a later seat that could not be made) is shut down without blocking: `run` is
+/// async, where dropping a runtime panics.
+struct Unstarted(Option<tokio::runtime::Runtime>);
+
+impl Unstarted {
+    fn start(mut self) -> tokio::runtime::Runtime {
+        self.0
+            .take()
+            .expect("only `start` and `drop` take the runtime")
+    }
+}
+
+impl Drop for Unstarted {
+    fn drop(&mut self) {
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+fn seats(n: usize, socket: &std::net::TcpListener) -> std::io::Result<Vec<Seat>> {
+    (0..n)
+        .map(|_| {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            let seat = Seat {
+                rt: Unstarted(Some(rt)),
+                socket: socket.try_clone()?,
+            };
+            Ok(seat)
+        })
+        .collect()
+}
+
 /// Join the threads without blocking the runtime `run` is on.
 async fn join(threads: Vec<std::thread::JoinHandle<()>>) -> std::io::Result<()> {
     let joined = tokio::task::spawn_blocking(move || {
@@ -137,15 +181,9 @@ async fn join(threads: Vec<std::thread::JoinHandle<()>>) -> std::io::Result<()> 
 }
 
 /// One worker thread, its end (error or panic) reported to `run`.
-fn supervised(
-    i: usize,
-    socket: std::net::TcpListener,
-    state: Arc<AppState>,
-    shared: Arc<conn::Shared>,
-    link: Link,
-) {
+fn supervised(i: usize, seat: Seat, state: Arc<AppState>, shared: Arc<conn::Shared>, link: Link) {
     let events = link.events.clone();
-    let run = std::panic::AssertUnwindSafe(|| worker(i, socket, state, shared, link));
+    let run = std::panic::AssertUnwindSafe(|| worker(i, seat, state, shared, link));
     let result = std::panic::catch_unwind(run)
         .unwrap_or_else(|_| Err(std::io::Error::other("the worker thread panicked")));
     let _ = events.try_send((i, Event::Ended(result)));
@@ -153,15 +191,14 @@ fn supervised(
 
 fn worker(
     i: usize,
-    socket: std::net::TcpListener,
+    seat: Seat,
     state: Arc<AppState>,
     shared: Arc<conn::Shared>,
     mut link: Link,
 ) -> std::io::Result<()> {
     crate::shard::set(i as u32 + 1);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
+    let Seat { rt, socket } = seat;
+    let rt = rt.start();
     let mut abort = link.abort.clone();
     let served = async move {
         let listener = TcpListener::from_std(socket)?;

@@ -148,8 +148,9 @@ pub(crate) fn poll_piece(
 /// Read what the socket has into the connection's buffer. A stream waits for most of its
 /// life (a token every few ms): waiting with an empty buffer, it lets the buffer go, so an
 /// idle stream holds no read memory (8 KiB each, at thousands of streams). The next read
-/// goes through the thread's scratch buffer into one of the size it needs (an event is a
-/// few hundred bytes: a fresh 8 KiB buffer per event was a slow malloc and free each).
+/// lands in the thread's landing buffer and the connection's buffer is that read, split
+/// off it (an event is a few hundred bytes: a buffer of its own per event was a malloc and
+/// a free, a copy, and a second malloc to share it once pieces were split off).
 pub(crate) fn poll_fill(
     io: &TcpStream,
     buf: &mut BytesMut,
@@ -189,14 +190,18 @@ pub(crate) fn poll_fill(
     }
 }
 
-/// One read into `buf` (through the thread's scratch buffer when `buf` has none): the bytes
+/// One read into `buf` (through the thread's landing buffer when `buf` has none): the bytes
 /// read and the room they had.
 fn read_once(io: &TcpStream, buf: &mut BytesMut) -> io::Result<(usize, usize)> {
     if buf.capacity() == 0 {
-        return SCRATCH.with_borrow_mut(|scratch| {
-            let n = io.try_read(scratch)?;
-            buf.extend_from_slice(&scratch[..n]);
-            Ok((n, scratch.len()))
+        return LANDING.with_borrow_mut(|landing| {
+            if landing.capacity() < LANDING_LOW {
+                landing.reserve(LANDING_SIZE);
+            }
+            let room = landing.capacity();
+            let n = io.try_read_buf(landing)?;
+            *buf = landing.split();
+            Ok((n, room))
         });
     }
     super::reserve(buf);
@@ -204,7 +209,16 @@ fn read_once(io: &TcpStream, buf: &mut BytesMut) -> io::Result<(usize, usize)> {
     Ok((io.try_read_buf(buf)?, room))
 }
 
+/// The landing buffer's size, and the room below which it is renewed.
+const LANDING_SIZE: usize = 8 << 10;
+const LANDING_LOW: usize = 2 << 10;
+
 thread_local! {
-    /// Where a read with no buffer of its own lands first (one per worker thread).
-    static SCRATCH: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(vec![0; 8 << 10]);
+    /// Where a read with no buffer of its own lands (one per worker thread). Each read is
+    /// split off it, so the pieces handed on share it: no allocation or copy of their own.
+    /// Renewed when little room is left: in place once every piece of it has been dropped
+    /// (pieces live while they are decoded and written, not while a stream waits), else a
+    /// fresh one, the old one freed with its last piece. A piece held longer (a slow
+    /// client's unwritten event) holds at most one landing buffer.
+    static LANDING: std::cell::RefCell<BytesMut> = std::cell::RefCell::new(BytesMut::new());
 }

@@ -51,7 +51,7 @@ impl Framing {
             }
             Framing::Chunked(c) => c.decode(buf),
             Framing::Close if buf.is_empty() => Ok(Step::NeedMore),
-            Framing::Close => Ok(Step::Data(buf.split().freeze())),
+            Framing::Close => Ok(Step::Data(std::mem::take(buf).freeze())),
         }
     }
 
@@ -73,7 +73,16 @@ impl Framing {
 fn take_up_to(buf: &mut BytesMut, left: &mut u64) -> Bytes {
     let n = usize::try_from(*left).map_or(buf.len(), |l| l.min(buf.len()));
     *left -= n as u64;
-    buf.split_to(n).freeze()
+    front(buf, n)
+}
+
+/// The first `n` bytes of `buf`; the buffer itself, not a split of it, when that is all
+/// it holds (a whole body, or an event that ends a read: no count of its sharers to touch).
+pub(crate) fn front(buf: &mut BytesMut, n: usize) -> Bytes {
+    match n == buf.len() {
+        true => std::mem::take(buf).freeze(),
+        false => buf.split_to(n).freeze(),
+    }
 }
 
 impl Chunked {

@@ -12,12 +12,13 @@ pub(crate) mod framing;
 mod head;
 mod pool;
 
+use std::future::poll_fn;
 use std::io;
 use std::time::Duration;
 
-use bytes::BytesMut;
+use bytes::{Buf, BytesMut};
 use http::{HeaderMap, StatusCode};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 
 pub use body::Body;
 pub(crate) use body::{poll_fill, poll_piece, Failure};
@@ -112,12 +113,14 @@ async fn read_head(conn: &mut Conn, head_request: bool) -> Result<head::Head, Er
     loop {
         if !conn.buf.is_empty() {
             match head::parse(&conn.buf, head_request).map_err(Error::Protocol)? {
+                // Advanced past, not split off: a split would make the buffer shared (an
+                // allocation) and keep the head's bytes alive as long as the body's.
                 Some(h) if h.status.is_informational() => {
-                    let _ = conn.buf.split_to(h.len);
+                    conn.buf.advance(h.len);
                     continue;
                 }
                 Some(h) => {
-                    let _ = conn.buf.split_to(h.len);
+                    conn.buf.advance(h.len);
                     return Ok(h);
                 }
                 None if conn.buf.len() >= head::MAX_HEAD => {
@@ -129,8 +132,9 @@ async fn read_head(conn: &mut Conn, head_request: bool) -> Result<head::Head, Er
                 None => {}
             }
         }
-        reserve(&mut conn.buf);
-        match conn.io.read_buf(&mut conn.buf).await {
+        // Into the thread's landing buffer while the buffer is empty (`poll_fill`): a head
+        // and its body cost no allocation of their own.
+        match poll_fn(|cx| poll_fill(&conn.io, &mut conn.buf, cx)).await {
             Ok(0) => {
                 return Err(Error::Closed {
                     early: got == 0,
@@ -314,6 +318,36 @@ mod tests {
         assert!(r.body.frame().now_or_never().is_none());
         assert_eq!(r.body.buffer_capacity(), Some(0));
         drop(hold);
+    }
+
+    #[tokio::test]
+    async fn reads_are_split_off_one_landing_buffer_not_given_their_own() {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = l.local_addr().unwrap().port();
+        let (go, next) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(async move {
+            let (mut s, _) = l.accept().await.unwrap();
+            let mut buf = [0u8; 1024];
+            let _ = s.read(&mut buf).await;
+            let head = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n";
+            s.write_all(head).await.unwrap();
+            let _ = next.await;
+            s.write_all(b"3\r\ndef\r\n0\r\n\r\n").await.unwrap();
+        });
+        let p = pool(port);
+        let mut wire = Vec::new();
+        encode_head(&mut wire, &http::Method::GET, ("", "/"), "h", &[], 0);
+        let mut r = p.request(&wire, &[], false).await.unwrap();
+        let abc = r.body.frame().await.unwrap().unwrap().into_data().unwrap();
+        assert_eq!(&abc[..], b"abc");
+        assert!(r.body.frame().now_or_never().is_none());
+        go.send(()).unwrap();
+        let def = r.body.frame().await.unwrap().unwrap().into_data().unwrap();
+        assert_eq!(&def[..], b"def");
+        // The first read ended with `abc\r\n`; the second, `3\r\ndef...`, landed right
+        // behind it in the same buffer.
+        let (abc_at, def_at) = (abc.as_ptr() as usize, def.as_ptr() as usize);
+        assert_eq!(def_at, abc_at + 3 + 2 + 3);
     }
 
     #[tokio::test]

@@ -3,8 +3,8 @@
 //! Why not hyper's: every hyper connection keeps an 8 KiB read buffer and an 8 KiB write
 //! buffer for its whole life, which at thousands of streams is most of lingo's memory, and
 //! its dispatcher costs more per request and per event than the proxying itself. Here the
-//! read buffer exists only while bytes wait in it (reads into an empty one go through the
-//! thread's scratch buffer, as the upstream client's do), a response's bytes are gathered
+//! read buffer exists only while bytes wait in it (a read into an empty one is split off the
+//! thread's landing buffer, as the upstream client's are), a response's bytes are gathered
 //! per wake-up and written in one call, and the connection task is the only task: the
 //! handler reads a body still arriving straight from the socket (`body::Body`).
 //!
@@ -24,7 +24,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::body::Body as AxumBody;
-use bytes::{Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use http::Method;
 use http_body::Body as _;
 use tokio::net::TcpStream;
@@ -32,7 +32,7 @@ use tower::Service;
 
 use super::conn::Activity;
 use crate::proxy::Front;
-use crate::upstream::h1::framing::Framing;
+use crate::upstream::h1::framing::{front, Framing};
 use crate::upstream::h1::poll_fill;
 use request::Head;
 use response::{Ask, Out};
@@ -178,7 +178,8 @@ impl Conn {
 
     /// Serve one request.
     async fn exchange(&mut self, head: Head) -> io::Result<After> {
-        let _ = self.buf.split_to(head.len);
+        // Advanced past, not split off: a split would make the buffer shared (an allocation).
+        self.buf.advance(head.len);
         let version = head.request.version();
         let head_method = head.request.method() == Method::HEAD;
         let busy = self.activity.begin(version);
@@ -219,7 +220,7 @@ impl Conn {
             Framing::Length(n) if n as usize <= self.buf.len() => {
                 // A slice, not a copy: the generation handlers copy a small body out of it
                 // themselves (`generate::body`), and the others drop theirs at once.
-                let whole = self.buf.split_to(n as usize).freeze();
+                let whole = front(&mut self.buf, n as usize);
                 if whole.is_empty() {
                     AxumBody::empty()
                 } else {

@@ -315,6 +315,11 @@ impl Endpoint {
         self.models.read().map(|m| m.clone()).unwrap_or_default()
     }
 
+    /// The first model it lists, without copying the list (a request naming no model asks).
+    pub fn first_model(&self) -> Option<String> {
+        self.models.read().ok()?.first().map(|c| c.id.clone())
+    }
+
     pub fn serves(&self, model: &str) -> bool {
         self.models
             .read()

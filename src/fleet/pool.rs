@@ -222,9 +222,7 @@ impl Pool {
         if let Some(m) = self.models.first() {
             return Some(aliases.resolve(m).to_string());
         }
-        self.endpoints()
-            .iter()
-            .find_map(|e| e.models().first().map(|c| c.id.clone()))
+        self.endpoints().iter().find_map(|e| e.first_model())
     }
 
     /// Run the first round of probes and start the pool's probe task, once: `serve` does it

@@ -180,6 +180,43 @@ async fn http2_gets_the_idle_clock_too() {
     assert!(ended.is_ok(), "HTTP/2 connection kept open while idle");
 }
 
+#[tokio::test]
+async fn a_whole_answer_has_its_length_over_http2_too() {
+    use http_body_util::{BodyExt, Full};
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+
+    let mock = common::mock(MockKind::Vllm).await;
+    let addr = lingo(config(
+        &mock.url(),
+        Duration::from_secs(60),
+        Duration::from_secs(60),
+    ))
+    .await;
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let (mut send, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
+            .await
+            .unwrap();
+    let conn = tokio::spawn(conn);
+    let body = json!({"model": "mock-model", "prompt": "a b", "max_tokens": 3}).to_string();
+    let req = http::Request::post(format!("http://{addr}/v1/completions"))
+        .header("content-type", "application/json")
+        .body(Full::new(bytes::Bytes::from(body)))
+        .unwrap();
+    let resp = send.send_request(req).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let length = resp.headers().get(http::header::CONTENT_LENGTH).cloned();
+    let got = resp.into_body().collect().await.unwrap().to_bytes();
+    let length: usize = length
+        .expect("a content-length")
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(length, got.len());
+    conn.abort();
+}
+
 /// Idle connections past the open-file limit, held open, then fresh clients; lingo's log.
 async fn pile_up_then_serve(max_connections: Option<&str>) -> String {
     let mock = common::mock(MockKind::Vllm).await;

@@ -124,6 +124,19 @@ fn completion_text(body: &[u8]) -> String {
 }
 
 #[tokio::test]
+async fn a_whole_answer_goes_with_its_length_not_in_chunks() {
+    let (_mock, addr) = lingo().await;
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(post(BODY).as_bytes()).await.unwrap();
+    let mut buf = Vec::new();
+    let (head, body) = response(&mut s, &mut buf).await;
+    completed(&head, &body);
+    assert!(!head.contains("transfer-encoding"), "{head}");
+    let length: usize = header(&head, "content-length").unwrap().parse().unwrap();
+    assert_eq!(length, body.len());
+}
+
+#[tokio::test]
 async fn pipelined_requests_are_answered_in_order_on_one_connection() {
     let (_mock, addr) = lingo().await;
     let mut s = TcpStream::connect(addr).await.unwrap();

@@ -57,6 +57,8 @@ pin_project_lite::pin_project! {
         // A whole answer's totals, known before its bytes leave: the request ends as they
         // are handed over, and keeps the counts if the body is dropped unread.
         whole: Option<Summary>,
+        // A whole answer's length, for its size hint.
+        length: Option<u64>,
     }
 
     impl<S> PinnedDrop for MeteredBody<S> {
@@ -80,18 +82,23 @@ impl<S> MeteredBody<S> {
             record: Some(record),
             metrics,
             whole: None,
+            length: None,
         }
     }
 
-    /// A whole answer: `inner` yields its bytes; `summary` is its end.
+    /// A whole answer: `inner` yields its `length` bytes; `summary` is its end. The length
+    /// is the body's exact size hint, which the servers write as `content-length` (no
+    /// header value to make for it).
     pub fn whole(
         inner: S,
         record: OpenRecord,
         metrics: Arc<Metrics>,
         summary: Summary,
+        length: u64,
     ) -> MeteredBody<S> {
         let mut body = MeteredBody::new(inner, record, metrics);
         body.whole = Some(summary);
+        body.length = Some(length);
         body
     }
 }
@@ -206,6 +213,10 @@ impl<S: Stream<Item = Emit>> Body for MeteredBody<S> {
     }
 
     fn size_hint(&self) -> SizeHint {
-        SizeHint::default()
+        match (self.length, &self.record) {
+            (Some(n), Some(_)) => SizeHint::with_exact(n),
+            (Some(_), None) => SizeHint::with_exact(0),
+            (None, _) => SizeHint::default(),
+        }
     }
 }

@@ -160,15 +160,14 @@ pub fn full(
     summary: Summary,
 ) -> Response {
     let tokens = u32::try_from(summary.completion_tokens).unwrap_or(u32::MAX);
-    // Its length is known: the client gets it, not chunks (the meter's body cannot say it).
-    let length = HeaderValue::from(bytes.len());
+    // Its length is known: the body says it (its size hint), so the client gets it, not chunks.
+    let length = bytes.len() as u64;
     let piece = futures_util::stream::iter([Emit::Data { bytes, tokens }]);
-    let body = MeteredBody::whole(piece, record, st.metrics.clone(), summary);
+    let body = MeteredBody::whole(piece, record, st.metrics.clone(), summary, length);
     let mut resp = Response::new(Body::new(body));
     *resp.status_mut() = status;
     let h = resp.headers_mut();
     h.insert(header::CONTENT_TYPE, content_type);
-    h.insert(header::CONTENT_LENGTH, length);
     resp
 }
 

@@ -33,11 +33,12 @@ impl Arrival {
     /// Open the request's record (it is in flight from here) under labels refined later.
     pub fn new(st: &AppState, dialect: Dialect, headers: &http::HeaderMap) -> Arrival {
         let started = Instant::now();
-        let request_id = headers
-            .get(X_REQUEST_ID)
-            .filter(|_| st.metrics.logs())
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string);
+        // Looked up only for the request log: a lookup hashes the name.
+        let request_id = st
+            .metrics
+            .logs()
+            .then(|| headers.get(X_REQUEST_ID)?.to_str().ok().map(str::to_string))
+            .flatten();
         let mut rec = RequestRecord::new(labels(st, dialect, None), started);
         rec.request_id = request_id;
         rec.session = headers

@@ -544,19 +544,37 @@ pub fn forward_headers(headers: &HeaderMap) -> Vec<(HeaderName, HeaderValue)> {
     // Names as constants: a lookup by `&str` parses the name first, at every request.
     const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
     const X_API_KEY: HeaderName = HeaderName::from_static("x-api-key");
-    let mut out = Vec::with_capacity(2);
-    for k in [header::AUTHORIZATION, X_REQUEST_ID] {
-        if let Some(v) = headers.get(&k) {
-            out.push((k, v.clone()));
-        }
+    // One pass over a client's few headers, comparing names, where a lookup each would
+    // hash every name looked for; the first value of a name counts, as `get` would give.
+    let (mut auth, mut id, mut key) = (None, None, None);
+    for (name, value) in headers {
+        let slot = if name == header::AUTHORIZATION {
+            &mut auth
+        } else if name == X_REQUEST_ID {
+            &mut id
+        } else if name == X_API_KEY {
+            &mut key
+        } else {
+            continue;
+        };
+        slot.get_or_insert(value);
     }
-    let bearer = headers
-        .get(X_API_KEY)
-        .filter(|_| !headers.contains_key(header::AUTHORIZATION))
+    let bearer = key
+        .filter(|_| auth.is_none())
         .and_then(|k| k.to_str().ok())
-        .and_then(|k| HeaderValue::try_from(format!("Bearer {k}")).ok());
-    if let Some(mut v) = bearer {
-        v.set_sensitive(true);
+        .and_then(|k| HeaderValue::try_from(format!("Bearer {k}")).ok())
+        .map(|mut v| {
+            v.set_sensitive(true);
+            v
+        });
+    let mut out = Vec::new();
+    if let Some(v) = auth {
+        out.push((header::AUTHORIZATION, v.clone()));
+    }
+    if let Some(v) = id {
+        out.push((X_REQUEST_ID, v.clone()));
+    }
+    if let Some(v) = bearer {
         out.push((header::AUTHORIZATION, v));
     }
     out
@@ -564,7 +582,41 @@ pub fn forward_headers(headers: &HeaderMap) -> Vec<(HeaderName, HeaderValue)> {
 
 #[cfg(test)]
 mod tests {
-    use super::{redact_url, Bytes, Gathered};
+    use super::{forward_headers, redact_url, Bytes, Gathered};
+
+    fn forwarded(pairs: &[(&'static str, &'static str)]) -> Vec<(String, String)> {
+        let mut h = http::HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(*k, http::HeaderValue::from_static(v));
+        }
+        forward_headers(&h)
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_str().unwrap().to_string()))
+            .collect()
+    }
+
+    fn pairs(want: &[(&str, &str)]) -> Vec<(String, String)> {
+        want.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn credentials_and_the_request_id_go_upstream_and_nothing_else() {
+        let got = forwarded(&[
+            ("content-type", "application/json"),
+            ("x-request-id", "r1"),
+            ("authorization", "Bearer a"),
+            ("authorization", "Bearer b"),
+            ("x-api-key", "k"),
+        ]);
+        let want = [("authorization", "Bearer a"), ("x-request-id", "r1")];
+        assert_eq!(got, pairs(&want));
+        // An Anthropic-style key becomes a bearer token, unless there is one already.
+        let got = forwarded(&[("x-api-key", "k"), ("host", "h")]);
+        assert_eq!(got, pairs(&[("authorization", "Bearer k")]));
+        assert!(forwarded(&[("host", "h")]).is_empty());
+    }
 
     #[test]
     fn a_body_in_one_frame_is_that_frame_and_more_are_joined_in_order() {

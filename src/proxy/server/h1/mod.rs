@@ -199,9 +199,10 @@ impl Conn {
         };
         let hint = body.size_hint();
         // Room for the head and a body small enough to be copied behind it: one allocation.
-        let inline = response::length(&parts, &hint).filter(|n| *n <= COPY_UP_TO as u64);
+        let length = response::length(&parts, &hint);
+        let inline = length.filter(|n| *n <= COPY_UP_TO as u64);
         let mut out = Vec::with_capacity(HEAD_ROOM + inline.unwrap_or(0) as usize);
-        let (framing, keep) = response::encode(&mut out, &parts, &hint, ask);
+        let (framing, keep) = response::encode(&mut out, &parts, length, ask);
         let ended = self.send(out, body, framing).await?;
         drop(busy);
         Ok(if !ended {

@@ -31,22 +31,23 @@ pub struct Ask {
 }
 
 /// Write the head of `parts` into `buf`; gives the body's framing and whether the connection
-/// stays open after it. The body's `length` is written as lingo read it; `transfer-encoding`
-/// and `connection` are lingo's to decide.
-pub fn encode(buf: &mut Vec<u8>, parts: &Parts, hint: &SizeHint, ask: Ask) -> (Out, bool) {
+/// stays open after it. The body's `length` (`length()`, found by the caller) is written as
+/// lingo read it; `transfer-encoding` and `connection` are lingo's to decide.
+pub fn encode(buf: &mut Vec<u8>, parts: &Parts, length: Option<u64>, ask: Ask) -> (Out, bool) {
     let status = parts.status;
     buf.extend_from_slice(b"HTTP/1.1 ");
     buf.extend_from_slice(status.as_str().as_bytes());
     buf.push(b' ');
     buf.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
     buf.extend_from_slice(b"\r\n");
+    let mut dated = false;
     for (name, value) in &parts.headers {
         if name == CONTENT_LENGTH || name == TRANSFER_ENCODING || name == CONNECTION {
             continue;
         }
+        dated |= name == DATE;
         line(buf, name.as_str().as_bytes(), value.as_bytes());
     }
-    let length = length(parts, hint);
     let bodiless = status.is_informational()
         || status == StatusCode::NO_CONTENT
         || status == StatusCode::NOT_MODIFIED;
@@ -75,7 +76,7 @@ pub fn encode(buf: &mut Vec<u8>, parts: &Parts, hint: &SizeHint, ask: Ask) -> (O
     } else if ask.version == Version::HTTP_10 {
         buf.extend_from_slice(b"connection: keep-alive\r\n");
     }
-    if !parts.headers.contains_key(DATE) {
+    if !dated {
         date(buf);
     }
     buf.extend_from_slice(b"\r\n");
@@ -156,7 +157,7 @@ mod tests {
 
     fn head(p: &Parts, hint: SizeHint, ask: Ask) -> (String, Out, bool) {
         let mut buf = Vec::new();
-        let (out, keep) = encode(&mut buf, p, &hint, ask);
+        let (out, keep) = encode(&mut buf, p, length(p, &hint), ask);
         (String::from_utf8(buf).unwrap(), out, keep)
     }
 
@@ -217,6 +218,14 @@ mod tests {
         };
         let (text, _, keep) = head(&p, SizeHint::with_exact(0), closing);
         assert!(!keep && text.contains("connection: close"));
+    }
+
+    #[test]
+    fn a_date_of_the_services_own_is_the_only_one() {
+        let p = parts(200, &[("date", "Thu, 01 Jan 1970 00:00:00 GMT")]);
+        let (text, _, _) = head(&p, SizeHint::with_exact(0), KEEP);
+        assert_eq!(text.matches("date: ").count(), 1, "{text}");
+        assert!(text.contains("date: Thu, 01 Jan 1970"), "{text}");
     }
 
     #[test]

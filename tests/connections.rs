@@ -149,26 +149,37 @@ async fn a_long_stream_is_not_idle() {
     assert_eq!(events.len(), 17, "{text}");
 }
 
-#[tokio::test]
-async fn http2_gets_the_idle_clock_too() {
-    use http_body_util::{BodyExt, Empty};
+type H2Body = http_body_util::Full<bytes::Bytes>;
+
+/// An HTTP/2 connection to lingo (idle clock `idle`) in front of a vLLM mock: the mock (kept
+/// alive), lingo's address, the sender and the connection's task.
+async fn h2(
+    idle: Duration,
+) -> (
+    common::Mock,
+    SocketAddr,
+    hyper::client::conn::http2::SendRequest<H2Body>,
+    tokio::task::JoinHandle<hyper::Result<()>>,
+) {
     use hyper_util::rt::{TokioExecutor, TokioIo};
 
     let mock = common::mock(MockKind::Vllm).await;
-    let addr = lingo(config(
-        &mock.url(),
-        Duration::from_secs(60),
-        Duration::from_millis(300),
-    ))
-    .await;
+    let addr = lingo(config(&mock.url(), Duration::from_secs(60), idle)).await;
     let tcp = TcpStream::connect(addr).await.unwrap();
-    let (mut send, conn) =
+    let (send, conn) =
         hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
             .await
             .unwrap();
-    let conn = tokio::spawn(conn);
+    (mock, addr, send, tokio::spawn(conn))
+}
+
+#[tokio::test]
+async fn http2_gets_the_idle_clock_too() {
+    use http_body_util::BodyExt;
+
+    let (_mock, addr, mut send, conn) = h2(Duration::from_millis(300)).await;
     let req = http::Request::get(format!("http://{addr}/ready"))
-        .body(Empty::<bytes::Bytes>::new())
+        .body(H2Body::default())
         .unwrap();
     let resp = send.send_request(req).await.unwrap();
     assert_eq!(resp.version(), http::Version::HTTP_2);
@@ -182,26 +193,13 @@ async fn http2_gets_the_idle_clock_too() {
 
 #[tokio::test]
 async fn a_whole_answer_has_its_length_over_http2_too() {
-    use http_body_util::{BodyExt, Full};
-    use hyper_util::rt::{TokioExecutor, TokioIo};
+    use http_body_util::BodyExt;
 
-    let mock = common::mock(MockKind::Vllm).await;
-    let addr = lingo(config(
-        &mock.url(),
-        Duration::from_secs(60),
-        Duration::from_secs(60),
-    ))
-    .await;
-    let tcp = TcpStream::connect(addr).await.unwrap();
-    let (mut send, conn) =
-        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
-            .await
-            .unwrap();
-    let conn = tokio::spawn(conn);
+    let (_mock, addr, mut send, conn) = h2(Duration::from_secs(60)).await;
     let body = json!({"model": "mock-model", "prompt": "a b", "max_tokens": 3}).to_string();
     let req = http::Request::post(format!("http://{addr}/v1/completions"))
         .header("content-type", "application/json")
-        .body(Full::new(bytes::Bytes::from(body)))
+        .body(H2Body::new(bytes::Bytes::from(body)))
         .unwrap();
     let resp = send.send_request(req).await.unwrap();
     assert_eq!(resp.status(), 200);

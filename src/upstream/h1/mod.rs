@@ -297,21 +297,32 @@ mod tests {
         server.await.unwrap();
     }
 
-    #[tokio::test]
-    async fn a_stream_waiting_for_its_next_chunk_holds_no_read_buffer() {
-        // One chunk, then the server holds the stream open.
+    /// A server that answers the first request with `first`, then, when told, `then`.
+    async fn two_writes(
+        first: &'static [u8],
+        then: &'static [u8],
+    ) -> (u16, tokio::sync::oneshot::Sender<()>) {
         let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = l.local_addr().unwrap().port();
-        let (hold, held) = tokio::sync::oneshot::channel::<()>();
+        let (go, next) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(async move {
             let (mut s, _) = l.accept().await.unwrap();
             let mut buf = [0u8; 1024];
             let _ = s.read(&mut buf).await;
-            s.write_all(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n")
-                .await
-                .unwrap();
-            let _ = held.await;
+            s.write_all(first).await.unwrap();
+            if next.await.is_ok() {
+                s.write_all(then).await.unwrap();
+            }
         });
+        (port, go)
+    }
+
+    const FIRST_CHUNK: &[u8] = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n";
+
+    #[tokio::test]
+    async fn a_stream_waiting_for_its_next_chunk_holds_no_read_buffer() {
+        // One chunk, then the server holds the stream open.
+        let (port, hold) = two_writes(FIRST_CHUNK, b"").await;
         let p = pool(port);
         let mut r = first_chunk_is_abc(&p).await;
         // The server says no more for now: the wait lets the buffer go.
@@ -322,18 +333,7 @@ mod tests {
 
     #[tokio::test]
     async fn reads_are_split_off_one_landing_buffer_not_given_their_own() {
-        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = l.local_addr().unwrap().port();
-        let (go, next) = tokio::sync::oneshot::channel::<()>();
-        tokio::spawn(async move {
-            let (mut s, _) = l.accept().await.unwrap();
-            let mut buf = [0u8; 1024];
-            let _ = s.read(&mut buf).await;
-            let head = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n";
-            s.write_all(head).await.unwrap();
-            let _ = next.await;
-            s.write_all(b"3\r\ndef\r\n0\r\n\r\n").await.unwrap();
-        });
+        let (port, go) = two_writes(FIRST_CHUNK, b"3\r\ndef\r\n0\r\n\r\n").await;
         let p = pool(port);
         let mut wire = Vec::new();
         encode_head(&mut wire, &http::Method::GET, ("", "/"), "h", &[], 0);

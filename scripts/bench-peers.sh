@@ -43,6 +43,7 @@
 # load is bounded in time (wrk -d, bench --duration and --timeout, bounded polls).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib/nginx.sh
 DURATION=${DURATION:-10s}
 ROUNDS=${ROUNDS:-2}
 CONC=${CONC:-32}
@@ -167,31 +168,7 @@ add_path() { # key name port pid route dialect
 }
 start_nginx() { # tag upstream-port: sets SRV_PORT SRV_PID
   SRV_PORT=$(free_port)
-  mkdir -p "$WORK/$1.nginx"
-  cat >"$WORK/$1.nginx/nginx.conf" <<NGX
-worker_processes auto;
-worker_rlimit_nofile 65536;
-pid $WORK/$1.nginx/nginx.pid;
-error_log $WORK/$1.nginx/error.log;
-events { worker_connections 16384; }
-http {
-  access_log off;
-  client_body_temp_path $WORK/$1.nginx/body;
-  proxy_temp_path $WORK/$1.nginx/proxy;
-  # No reconnects every 1,000 requests (nginx's default) on either side: lingo makes none.
-  keepalive_requests 1000000;
-  upstream mock { server 127.0.0.1:$2; keepalive 64; keepalive_requests 1000000; }
-  server {
-    listen 127.0.0.1:$SRV_PORT;
-    location / {
-      proxy_pass http://mock;
-      proxy_http_version 1.1;
-      proxy_set_header Connection "";
-      proxy_buffering off;
-    }
-  }
-}
-NGX
+  nginx_conf "$WORK/$1.nginx" "$SRV_PORT" auto "127.0.0.1:$2"
   nginx -c "$WORK/$1.nginx/nginx.conf" -g 'daemon off;' 2>"$WORK/$1.nginx.log" & SRV_PID=$!; PIDS+=("$SRV_PID")
 }
 start_sglang_router() { # tag upstream-port

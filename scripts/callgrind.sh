@@ -17,6 +17,7 @@
 # Talks to 127.0.0.1 only; bounded by N and curl's timeouts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib/nginx.sh
 MODE=${MODE:-nonstream} N=${N:-2000} WARM=${WARM:-300} TOKENS=${TOKENS:-16}
 REPLICAS=${REPLICAS:-1} TTFT=${TTFT:-0s} ITL=${ITL:-0s} PROXY=${PROXY:-lingo}
 TARGET=${CARGO_TARGET_DIR:-target}
@@ -42,28 +43,10 @@ mapfile -t URLS <"$OUT/mock.urls"
 if [ "$PROXY" = nginx ]; then
   command -v nginx >/dev/null || { echo "nginx is not installed (scripts/bench-peers.sh installs it)" >&2; exit 1; }
   [[ $MODE == sglang* ]] && { echo "nginx does not translate: MODE nonstream or stream" >&2; exit 2; }
-  mkdir -p "$OUT/nginx"
-  cat >"$OUT/nginx/nginx.conf" <<NGX
-worker_processes 1;
-master_process off;
-daemon off;
-pid $OUT/nginx/nginx.pid;
-error_log $OUT/nginx/error.log;
-events { worker_connections 1024; }
-http {
-  access_log off;
-  client_body_temp_path $OUT/nginx/body;
-  proxy_temp_path $OUT/nginx/proxy;
-  keepalive_requests 1000000;
-  upstream mock { $(printf 'server %s; ' "${URLS[@]:0:$REPLICAS}" | sed 's#http://##g') keepalive 64; keepalive_requests 1000000; }
-  server {
-    listen 127.0.0.1:$LPORT;
-    location / { proxy_pass http://mock; proxy_http_version 1.1; proxy_set_header Connection ""; proxy_buffering off; }
-  }
-}
-NGX
+  upstreams=("${URLS[@]:0:$REPLICAS}")
+  nginx_conf "$OUT/nginx" "$LPORT" 1 "${upstreams[@]#http://}"
   valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$OUT/callgrind.out" \
-    nginx -c "$OUT/nginx/nginx.conf" >"$OUT/proxy.log" 2>&1 &
+    nginx -c "$OUT/nginx/nginx.conf" -g 'daemon off; master_process off;' >"$OUT/proxy.log" 2>&1 &
   VG=$!
 else
   printf '[pools.p]\npolicy = "round_robin"\nendpoints = [%s]\n' \

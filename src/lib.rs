@@ -8,6 +8,7 @@ pub mod error;
 pub mod fleet;
 #[doc(hidden)]
 pub mod fuzzing;
+pub(crate) mod gathered;
 pub mod metrics;
 pub mod mock;
 pub mod model;

@@ -137,8 +137,7 @@ impl Future for Reach {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use futures_util::task::ArcWake;
-    use std::task::Waker;
+    use crate::proxy::gate::wakes::{waker, woken};
 
     #[tokio::test]
     async fn phases_only_move_forward_and_wake_waiters() {
@@ -154,23 +153,6 @@ mod tests {
         d.start();
         assert!(d.is_expired());
         waiter.await.unwrap();
-    }
-
-    struct Wakes(std::sync::atomic::AtomicUsize);
-
-    impl ArcWake for Wakes {
-        fn wake_by_ref(w: &Arc<Self>) {
-            w.0.fetch_add(1, Ordering::SeqCst);
-        }
-    }
-
-    fn waker() -> (Arc<Wakes>, Waker) {
-        let w = Arc::new(Wakes(0.into()));
-        (w.clone(), futures_util::task::waker(w))
-    }
-
-    fn woken(w: &Wakes) -> usize {
-        w.0.load(Ordering::SeqCst)
     }
 
     #[test]

@@ -79,8 +79,36 @@ impl<F: Future> Future for Gated<F> {
     }
 }
 
+/// A waker that counts its wakes, for tests of waits.
+#[cfg(test)]
+pub(crate) mod wakes {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::task::Waker;
+
+    use futures_util::task::ArcWake;
+
+    pub(crate) struct Wakes(AtomicUsize);
+
+    impl ArcWake for Wakes {
+        fn wake_by_ref(w: &Arc<Self>) {
+            w.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    pub(crate) fn waker() -> (Arc<Wakes>, Waker) {
+        let w = Arc::new(Wakes(AtomicUsize::new(0)));
+        (w.clone(), futures_util::task::waker(w))
+    }
+
+    pub(crate) fn woken(w: &Wakes) -> usize {
+        w.0.load(Ordering::SeqCst)
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::wakes::{waker, woken};
     use super::*;
     use std::sync::atomic::AtomicUsize;
 
@@ -103,14 +131,6 @@ mod tests {
         }
     }
 
-    struct Wakes(AtomicUsize);
-
-    impl ArcWake for Wakes {
-        fn wake_by_ref(w: &Arc<Self>) {
-            w.0.fetch_add(1, Ordering::SeqCst);
-        }
-    }
-
     #[test]
     fn the_wait_is_polled_only_after_its_own_wake_and_passes_the_wake_on() {
         let polls = Arc::new(AtomicUsize::new(0));
@@ -121,8 +141,7 @@ mod tests {
             ready: ready.clone(),
             waker: inner_waker.clone(),
         }));
-        let task = Arc::new(Wakes(AtomicUsize::new(0)));
-        let w = futures_util::task::waker(task.clone());
+        let (task, w) = waker();
         let mut cx = Context::from_waker(&w);
         assert!(g.as_mut().poll(&mut cx).is_pending());
         assert_eq!(polls.load(Ordering::SeqCst), 1, "the first poll registers");
@@ -131,9 +150,9 @@ mod tests {
         }
         assert_eq!(polls.load(Ordering::SeqCst), 1, "not woken: not polled");
         ready.store(true, Ordering::SeqCst);
-        let woken = inner_waker.lock().unwrap().take().expect("registered");
-        woken.wake();
-        assert_eq!(task.0.load(Ordering::SeqCst), 1, "the task heard the wake");
+        let inner = inner_waker.lock().unwrap().take().expect("registered");
+        inner.wake();
+        assert_eq!(woken(&task), 1, "the task heard the wake");
         assert!(g.as_mut().poll(&mut cx).is_ready());
         assert_eq!(polls.load(Ordering::SeqCst), 2);
         // A new wait in its place is polled at once.

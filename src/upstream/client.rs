@@ -48,7 +48,7 @@ impl UpstreamResponse {
         let error = !self.status.is_success();
         let limit = if error { b.error } else { b.whole };
         let mut body = self.body;
-        let mut out = Gathered::default();
+        let mut out = crate::gathered::Gathered::default();
         loop {
             let frame = match tokio::time::timeout(b.idle, body.frame()).await {
                 Err(_) => return Err(ProxyError::Timeout(Timer::StreamIdle)),
@@ -74,53 +74,6 @@ impl UpstreamResponse {
             out.push(data.slice(..room));
             out.push(Bytes::from(format!(" ... [cut at {limit} bytes]")));
             return Ok(out.freeze());
-        }
-    }
-}
-
-/// A whole body from its frames. Most answers arrive in one frame (one read): that frame is
-/// the body, neither copied nor given a buffer of its own.
-#[derive(Default)]
-enum Gathered {
-    #[default]
-    Empty,
-    One(Bytes),
-    Many(bytes::BytesMut),
-}
-
-impl Gathered {
-    fn len(&self) -> usize {
-        match self {
-            Gathered::Empty => 0,
-            Gathered::One(b) => b.len(),
-            Gathered::Many(b) => b.len(),
-        }
-    }
-
-    fn push(&mut self, data: Bytes) {
-        if data.is_empty() {
-            return;
-        }
-        *self = match std::mem::take(self) {
-            Gathered::Empty => Gathered::One(data),
-            Gathered::One(first) => {
-                let mut all = bytes::BytesMut::with_capacity(first.len() + data.len());
-                all.extend_from_slice(&first);
-                all.extend_from_slice(&data);
-                Gathered::Many(all)
-            }
-            Gathered::Many(mut all) => {
-                all.extend_from_slice(&data);
-                Gathered::Many(all)
-            }
-        };
-    }
-
-    fn freeze(self) -> Bytes {
-        match self {
-            Gathered::Empty => Bytes::new(),
-            Gathered::One(b) => b,
-            Gathered::Many(b) => b.freeze(),
         }
     }
 }
@@ -582,7 +535,7 @@ pub fn forward_headers(headers: &HeaderMap) -> Vec<(HeaderName, HeaderValue)> {
 
 #[cfg(test)]
 mod tests {
-    use super::{forward_headers, redact_url, Bytes, Gathered};
+    use super::{forward_headers, redact_url};
 
     fn forwarded(pairs: &[(&'static str, &'static str)]) -> Vec<(String, String)> {
         let mut h = http::HeaderMap::new();
@@ -616,24 +569,6 @@ mod tests {
         let got = forwarded(&[("x-api-key", "k"), ("host", "h")]);
         assert_eq!(got, pairs(&[("authorization", "Bearer k")]));
         assert!(forwarded(&[("host", "h")]).is_empty());
-    }
-
-    #[test]
-    fn a_body_in_one_frame_is_that_frame_and_more_are_joined_in_order() {
-        let one = Bytes::from_static(b"{\"a\":1}");
-        let mut g = Gathered::default();
-        assert_eq!(g.len(), 0);
-        g.push(one.clone());
-        let whole = g.freeze();
-        assert_eq!(whole, one);
-        assert_eq!(whole.as_ptr(), one.as_ptr(), "one frame is not copied");
-        let mut g = Gathered::default();
-        for part in ["ab", "", "cd", "e"] {
-            g.push(Bytes::from(part));
-        }
-        assert_eq!(g.len(), 5);
-        assert_eq!(g.freeze(), "abcde");
-        assert_eq!(Gathered::default().freeze(), "");
     }
 
     #[test]

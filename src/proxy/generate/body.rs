@@ -6,13 +6,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{FromRequest, Request};
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use futures_util::FutureExt;
 use http::{header, HeaderMap};
 use http_body_util::BodyExt;
 
 use super::AppState;
 use crate::error::{ProxyError, Timer};
+use crate::gathered::Gathered;
 
 /// Bodies up to this size may share a connection's read buffer (hyper's first read for
 /// HTTP/2, lingo's own for HTTP/1, are up to 8 KiB).
@@ -93,8 +94,7 @@ async fn collect(
     limit: usize,
     wait: Duration,
 ) -> Result<Bytes, ProxyError> {
-    let mut first: Option<Bytes> = None;
-    let mut more = BytesMut::new();
+    let mut got = Gathered::default();
     loop {
         let next = match body.frame().now_or_never() {
             Some(next) => next,
@@ -110,28 +110,18 @@ async fn collect(
         let Ok(data) = frame.into_data() else {
             continue;
         };
-        let held = first.as_ref().map_or(0, Bytes::len) + more.len();
-        if held + data.len() > limit {
+        if got.len() + data.len() > limit {
             return Err(ProxyError::TooLarge { limit });
         }
-        match first.take() {
-            None if more.is_empty() => first = Some(data),
-            None => more.extend_from_slice(&data),
-            Some(one) => {
-                more.reserve(one.len() + data.len());
-                more.extend_from_slice(&one);
-                more.extend_from_slice(&data);
-            }
-        }
+        got.push(data);
     }
-    Ok(match first {
+    Ok(match got {
         // A small body that came in one read with its head is a slice of the connection's
         // read buffer, and lingo keeps the body (for failover) for as long as the answer
         // streams: a copy of its own lets that buffer go (or be reused for the next read)
         // instead of being held, head and all, per in-flight stream.
-        Some(one) if one.len() <= SHARED_BODY => Bytes::copy_from_slice(&one),
-        Some(one) => one,
+        Gathered::One(one) if one.len() <= SHARED_BODY => Bytes::copy_from_slice(&one),
         // Pieces joined are lingo's own buffer already.
-        None => more.freeze(),
+        got => got.freeze(),
     })
 }

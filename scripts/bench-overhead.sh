@@ -13,6 +13,7 @@
 # skipped if they are missing. Everything listens on 127.0.0.1; every load is bounded.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib/nginx.sh
 REQS=${REQS:-200}          # requests per level in part 1
 DURATION=${DURATION:-10s}  # wrk duration per run in part 2
 cargo build --release --quiet
@@ -69,26 +70,8 @@ fi
 M2=$(free_port); L2=$(free_port); N=$(free_port)
 start_mock "$M2" 0s 0s
 start_lingo "$L2" "$M2"
-cat > "$WORK/nginx.conf" <<NGX
-worker_processes 1;
-pid $WORK/nginx.pid;
-error_log $WORK/nginx.err;
-events { worker_connections 1024; }
-http {
-  access_log off;
-  upstream mock { server 127.0.0.1:$M2; keepalive 64; }
-  server {
-    listen 127.0.0.1:$N;
-    location / {
-      proxy_pass http://mock;
-      proxy_http_version 1.1;
-      proxy_set_header Connection "";
-      proxy_buffering off;
-    }
-  }
-}
-NGX
-nginx -c "$WORK/nginx.conf" -g 'daemon off;' & PIDS+=($!)
+nginx_conf "$WORK/nginx" "$N" 1 "127.0.0.1:$M2"
+nginx -c "$WORK/nginx/nginx.conf" -g 'daemon off;' & PIDS+=($!)
 wait_http "http://127.0.0.1:$N/health"
 wrk_rps() { # url path body
   cat > "$WORK/post.lua" <<LUA

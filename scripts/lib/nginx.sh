@@ -1,5 +1,5 @@
-# nginx as the benchmarks run it, sourced by bench-peers.sh and callgrind.sh so both measure
-# the same proxy.
+# nginx as the benchmarks run it, sourced by bench-peers.sh, bench-overhead.sh and callgrind.sh
+# so all measure the same proxy.
 # nginx_conf DIR PORT WORKERS UPSTREAM...: writes DIR/nginx.conf, listening on 127.0.0.1:PORT
 # and proxying to the UPSTREAMs (host:port, round robin) with no access log, keep-alive
 # connections on both sides (no reconnects every 1,000 requests, nginx's default: lingo makes

@@ -170,9 +170,7 @@ fn completion_choice(c: &mut Cursor<'_>) -> Sure<Choice> {
             // Logprobs are serde's to take apart: only `null` is read here.
             "logprobs" => drop(seen.first(5).and_then(|()| c.nullable(|_| None::<()>))?),
             "token_ids" => {
-                ch.token_ids = seen
-                    .first(6)
-                    .and_then(|()| c.nullable(|c| c.array(Cursor::u32)))?;
+                ch.token_ids = seen.first(6).and_then(|()| c.nullable(|c| c.ids()))?;
             }
             "prompt_token_ids" => {
                 prompt_ids = seen.first(7).and_then(|()| c.nullable(token_ids))?;

@@ -6,6 +6,7 @@ use serde_json::{json, Map, Value};
 use crate::error::ProxyError;
 use bytes::BytesMut;
 
+use crate::dialect::fields::{put_some, ObjectWriter, Put};
 use crate::dialect::openai::Flavor;
 use crate::dialect::Ctx;
 use crate::model::{Finish, Request, Sampling, Tally, Usage};
@@ -76,11 +77,7 @@ pub fn sampling_from_wire(w: SamplingWire, max_tokens: Option<u32>) -> Sampling 
 
 /// Write every sampling field the request sets (vLLM's names), refusing what the upstream
 /// lacks.
-pub fn write_sampling(
-    s: &Sampling,
-    m: &mut Map<String, Value>,
-    flavor: Flavor,
-) -> Result<(), ProxyError> {
+pub fn write_sampling<P: Put>(s: &Sampling, m: &mut P, flavor: Flavor) -> Result<(), ProxyError> {
     write_standard(s, m);
     match flavor {
         Flavor::Vllm => write_extensions(s, m),
@@ -91,61 +88,58 @@ pub fn write_sampling(
 }
 
 /// The fields OpenAI documents.
-fn write_standard(s: &Sampling, m: &mut Map<String, Value>) {
+fn write_standard<P: Put>(s: &Sampling, m: &mut P) {
     let floats = [
         ("temperature", s.temperature),
         ("top_p", s.top_p),
         ("frequency_penalty", s.frequency_penalty),
         ("presence_penalty", s.presence_penalty),
     ];
-    crate::dialect::fields::put_some(m, &floats);
+    put_some(m, &floats);
     if s.n != 1 {
-        m.insert("n".into(), json!(s.n));
+        m.put("n", &s.n);
     }
     if !s.stop.is_empty() {
-        m.insert("stop".into(), json!(s.stop));
+        m.put("stop", &s.stop);
     }
     if let Some(seed) = s.seed {
-        m.insert("seed".into(), json!(seed));
+        m.put("seed", &seed);
     }
     if let Some(b) = &s.logit_bias {
-        m.insert("logit_bias".into(), Value::Object(b.clone()));
+        m.put("logit_bias", b);
     }
 }
 
 /// vLLM's (and SGLang's) sampling additions.
-fn write_extensions(s: &Sampling, m: &mut Map<String, Value>) -> Result<(), ProxyError> {
-    let mut put = |k: &str, v: Value| {
-        m.insert(k.to_string(), v);
-    };
+fn write_extensions<P: Put>(s: &Sampling, m: &mut P) -> Result<(), ProxyError> {
     if let Some(v) = s.min_tokens.filter(|&v| v > 0) {
-        put("min_tokens", json!(v));
+        m.put("min_tokens", &v);
     }
     if let Some(v) = s.min_p {
-        put("min_p", json!(v));
+        m.put("min_p", &v);
     }
     if let Some(v) = s.repetition_penalty {
-        put("repetition_penalty", json!(v));
+        m.put("repetition_penalty", &v);
     }
     if let Some(k) = s.top_k {
-        put("top_k", json!(k));
+        m.put("top_k", &k);
     }
     if !s.stop_token_ids.is_empty() {
-        put("stop_token_ids", json!(s.stop_token_ids));
+        m.put("stop_token_ids", &s.stop_token_ids);
     }
     if s.ignore_eos {
-        put("ignore_eos", json!(true));
+        m.put("ignore_eos", &true);
     }
     if let Some(v) = s.skip_special_tokens {
-        put("skip_special_tokens", json!(v));
+        m.put("skip_special_tokens", &v);
     }
     if let Some(v) = s.spaces_between_special_tokens {
-        put("spaces_between_special_tokens", json!(v));
+        m.put("spaces_between_special_tokens", &v);
     }
     if s.include_stop {
         // vLLM's name, and SGLang's (whose OpenAI routes read only `no_stop_trim`).
-        put("include_stop_str_in_output", json!(true));
-        put("no_stop_trim", json!(true));
+        m.put("include_stop_str_in_output", &true);
+        m.put("no_stop_trim", &true);
     }
     Ok(())
 }
@@ -196,19 +190,19 @@ fn refuse_extensions(s: &Sampling, flavor: Flavor, takes: &[&str]) -> Result<(),
 
 /// llama.cpp's OpenAI routes read its native sampling names: the extensions it has are
 /// written its way, the others refused (it would ignore them silently).
-fn write_llamacpp(s: &Sampling, m: &mut Map<String, Value>) -> Result<(), ProxyError> {
+fn write_llamacpp<P: Put>(s: &Sampling, m: &mut P) -> Result<(), ProxyError> {
     refuse_extensions(s, Flavor::Llamacpp, LLAMACPP_TAKES)?;
     if let Some(k) = s.top_k {
-        m.insert("top_k".into(), json!(k.max(0)));
+        m.put("top_k", &k.max(0));
     }
     if let Some(v) = s.min_p {
-        m.insert("min_p".into(), json!(v));
+        m.put("min_p", &v);
     }
     if let Some(v) = s.repetition_penalty {
-        m.insert("repeat_penalty".into(), json!(v));
+        m.put("repeat_penalty", &v);
     }
     if s.ignore_eos {
-        m.insert("ignore_eos".into(), json!(true));
+        m.put("ignore_eos", &true);
     }
     Ok(())
 }
@@ -218,7 +212,7 @@ const LLAMACPP_TAKES: &[&str] = &["top_k", "min_p", "repetition_penalty", "ignor
 
 /// Structured output: a JSON schema through `response_format`, regex and grammars through
 /// vLLM's `structured_outputs`.
-fn write_structured(s: &Sampling, m: &mut Map<String, Value>) -> Result<(), ProxyError> {
+fn write_structured<P: Put>(s: &Sampling, m: &mut P) -> Result<(), ProxyError> {
     if !s.stop_regex.is_empty() {
         return Err(ProxyError::unsupported(
             "stop_regex",
@@ -226,10 +220,9 @@ fn write_structured(s: &Sampling, m: &mut Map<String, Value>) -> Result<(), Prox
         ));
     }
     if let Some(schema) = &s.json_schema {
-        m.insert(
-            "response_format".into(),
-            json!({"type": "json_schema", "json_schema": {"name": "schema", "schema": schema}}),
-        );
+        let format =
+            json!({"type": "json_schema", "json_schema": {"name": "schema", "schema": schema}});
+        m.put("response_format", &format);
     }
     let mut so = Map::new();
     if let Some(r) = &s.regex {
@@ -239,7 +232,7 @@ fn write_structured(s: &Sampling, m: &mut Map<String, Value>) -> Result<(), Prox
         so.insert("grammar".into(), json!(g));
     }
     if !so.is_empty() {
-        m.insert("structured_outputs".into(), Value::Object(so));
+        m.put("structured_outputs", &so);
     }
     Ok(())
 }
@@ -312,30 +305,31 @@ pub fn finish_to_wire(f: Option<&Finish>) -> (Value, Value) {
     }
 }
 
+/// `stream_options` as an upstream is asked for them.
+#[derive(Serialize)]
+struct StreamOptions {
+    include_usage: bool,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    continuous_usage_stats: bool,
+}
+
 /// The tail every OpenAI-style upstream request shares: the request id, the stream flag
 /// with usage (per chunk where the upstream can, so lingo counts exactly), and the client's
 /// own extra fields.
-pub fn finish_request(
-    req: &Request,
-    mut m: Map<String, Value>,
-    flavor: Flavor,
-) -> Result<Vec<u8>, ProxyError> {
+pub fn finish_request(req: &Request, mut m: ObjectWriter, flavor: Flavor) -> Vec<u8> {
     let vllm = flavor == Flavor::Vllm;
     if let Some(id) = req.request_id.as_ref().filter(|_| vllm) {
-        m.insert("request_id".into(), json!(id));
+        m.put("request_id", id);
     }
     if req.stream {
-        m.insert("stream".into(), json!(true));
-        let options = match flavor {
-            Flavor::Vllm => json!({"include_usage": true, "continuous_usage_stats": true}),
-            Flavor::Llamacpp | Flavor::Standard => json!({"include_usage": true}),
+        m.put("stream", &true);
+        let options = StreamOptions {
+            include_usage: true,
+            continuous_usage_stats: vllm,
         };
-        m.insert("stream_options".into(), options);
+        m.put("stream_options", &options);
     }
-    for (k, v) in &req.extra {
-        m.entry(k.clone()).or_insert_with(|| v.clone());
-    }
-    serde_json::to_vec(&m).map_err(|e| ProxyError::Internal(e.to_string()))
+    m.finish(&req.extra)
 }
 
 /// A stream's end for an OpenAI client: the usage chunk if it asked for one, then `[DONE]`.

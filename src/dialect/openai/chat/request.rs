@@ -1,8 +1,9 @@
 //! Chat requests, both directions.
 
-use serde::Deserialize;
-use serde_json::{json, Map, Value};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
 
+use crate::dialect::fields::{ObjectWriter, Put};
 use crate::dialect::openai::wire::{
     finish_request, sampling_from_wire, write_sampling, SamplingWire,
 };
@@ -71,6 +72,13 @@ pub fn decode_request(body: &[u8]) -> Result<Request, ProxyError> {
     Ok(req)
 }
 
+/// A message as an upstream reads it.
+#[derive(Serialize)]
+struct MessageOut<'a> {
+    role: &'a str,
+    content: &'a Value,
+}
+
 pub fn encode_request(req: &Request, flavor: Flavor) -> Result<Vec<u8>, ProxyError> {
     let Prompt::Chat(messages) = &req.prompt else {
         return Err(ProxyError::unsupported(
@@ -78,22 +86,25 @@ pub fn encode_request(req: &Request, flavor: Flavor) -> Result<Vec<u8>, ProxyErr
             "a raw prompt cannot be sent to a chat endpoint without a chat template",
         ));
     };
-    let mut m = Map::new();
+    let mut m = ObjectWriter::default();
     if let Some(model) = &req.model {
-        m.insert("model".into(), json!(model));
+        m.put("model", model);
     }
-    let msgs: Vec<Value> = messages
+    let msgs: Vec<MessageOut> = messages
         .iter()
-        .map(|msg| json!({"role": msg.role.as_str(), "content": msg.content}))
+        .map(|msg| MessageOut {
+            role: msg.role.as_str(),
+            content: &msg.content,
+        })
         .collect();
-    m.insert("messages".into(), Value::Array(msgs));
+    m.put("messages", &msgs);
     if let Some(max) = req.sampling.max_tokens {
-        m.insert("max_tokens".into(), json!(max));
+        m.put("max_tokens", &max);
     }
     write_sampling(&req.sampling, &mut m, flavor)?;
     if let Some(k) = req.logprobs {
-        m.insert("logprobs".into(), json!(true));
-        m.insert("top_logprobs".into(), json!(k));
+        m.put("logprobs", &true);
+        m.put("top_logprobs", &k);
     }
     if req.continue_final && flavor == Flavor::Standard {
         return Err(ProxyError::unsupported(
@@ -103,8 +114,8 @@ pub fn encode_request(req: &Request, flavor: Flavor) -> Result<Vec<u8>, ProxyErr
     }
     if req.continue_final {
         // vLLM's and SGLang's way to continue the last assistant message (prefill).
-        m.insert("continue_final_message".into(), json!(true));
-        m.insert("add_generation_prompt".into(), json!(false));
+        m.put("continue_final_message", &true);
+        m.put("add_generation_prompt", &false);
     }
-    finish_request(req, m, flavor)
+    Ok(finish_request(req, m, flavor))
 }

@@ -1,8 +1,9 @@
 //! Completions requests, both directions.
 
 use serde::Deserialize;
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 
+use crate::dialect::fields::{ObjectWriter, Put};
 use crate::dialect::openai::wire::{
     finish_request, sampling_from_wire, write_sampling, SamplingWire,
 };
@@ -78,25 +79,24 @@ pub fn decode_request(body: &[u8]) -> Result<Request, ProxyError> {
 /// Encode for a completions upstream. Always sends an explicit `max_tokens`; of a vLLM-flavoured
 /// one, asks for token ids and per-chunk usage so lingo can count exactly.
 pub fn encode_request(req: &Request, flavor: Flavor) -> Result<Vec<u8>, ProxyError> {
-    let mut m = Map::new();
+    let mut m = ObjectWriter::default();
     if let Some(model) = &req.model {
-        m.insert("model".into(), json!(model));
+        m.put("model", model);
     }
-    let prompt = match (&req.prompt, req.batched) {
-        (Prompt::Text(t), false) if t.len() == 1 => json!(t[0]),
-        (Prompt::Text(t), _) => json!(t),
-        (Prompt::Tokens(t), false) if t.len() == 1 => json!(t[0]),
-        (Prompt::Tokens(t), _) => json!(t),
+    match (&req.prompt, req.batched) {
+        (Prompt::Text(t), false) if t.len() == 1 => m.put("prompt", &t[0]),
+        (Prompt::Text(t), _) => m.put("prompt", t),
+        (Prompt::Tokens(t), false) if t.len() == 1 => m.put("prompt", &t[0]),
+        (Prompt::Tokens(t), _) => m.put("prompt", t),
         (Prompt::Chat(_), _) => {
             return Err(ProxyError::unsupported(
                 "messages",
                 "chat messages cannot be sent to a completions endpoint",
             ))
         }
-    };
-    m.insert("prompt".into(), prompt);
+    }
     let max = req.sampling.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS);
-    m.insert("max_tokens".into(), json!(max));
+    m.put("max_tokens", &max);
     if flavor == Flavor::Standard && req.sampling.json_schema.is_some() {
         return Err(ProxyError::unsupported(
             "json_schema",
@@ -111,10 +111,10 @@ pub fn encode_request(req: &Request, flavor: Flavor) -> Result<Vec<u8>, ProxyErr
         } else {
             k
         };
-        m.insert("logprobs".into(), json!(k));
+        m.put("logprobs", &k);
     }
     if flavor == Flavor::Vllm {
-        m.insert("return_token_ids".into(), json!(true));
+        m.put("return_token_ids", &true);
     }
-    finish_request(req, m, flavor)
+    Ok(finish_request(req, m, flavor))
 }

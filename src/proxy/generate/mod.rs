@@ -124,7 +124,11 @@ async fn attempts(
             }
             Route::Translate(target) => {
                 let way = (dialect, target);
-                translate::handle(st, &ep, kind, way, headers, body.clone(), at, retry).await
+                // Boxed: the translation's future is twice the passthrough's, and inline it
+                // made every future above this one (the handler's, boxed and copied whole
+                // per request) 2 KiB larger on the passthrough path too.
+                let body = body.clone();
+                Box::pin(translate::handle(st, &ep, kind, way, headers, body, at, retry)).await
             }
         };
         let e = match attempt {

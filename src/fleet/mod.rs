@@ -17,6 +17,7 @@ pub use endpoint::{Endpoint, Health, Ticket};
 pub use failover::{Budget, Reason};
 pub use pool::{NoPick, Pool};
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -50,10 +51,13 @@ const DOWN_RETRY_AFTER: u64 = 1;
 pub struct Fleet {
     pools: Vec<Arc<Pool>>,
     default: usize,
-    /// When the endpoints' model lists were last read.
     /// When the endpoints' model lists were last read; held while they are read, so a
     /// request arriving meanwhile waits for the lists rather than seeing none.
     refreshed: tokio::sync::Mutex<Option<Instant>>,
+    /// Every pool's probes have started (`start_probes` ran to its end): a request's
+    /// `first_use` is then one load, where it gathered the pools and joined their
+    /// (finished) starts, a few allocations per request.
+    probed: AtomicBool,
 }
 
 impl Fleet {
@@ -72,6 +76,7 @@ impl Fleet {
             pools,
             default,
             refreshed: tokio::sync::Mutex::new(None),
+            probed: AtomicBool::new(false),
         }
     }
 
@@ -142,9 +147,13 @@ impl Fleet {
     /// Start every pool's probes, and its mirror's (once; see `Pool::start_probes`):
     /// `serve`'s warm-up.
     pub async fn start_probes(&self) {
+        if self.probed.load(Ordering::Acquire) {
+            return;
+        }
         let mirrors = self.pools.iter().filter_map(|p| p.mirror.as_ref());
         let all: Vec<&Arc<Pool>> = self.pools.iter().chain(mirrors.map(|m| &m.pool)).collect();
         futures_util::future::join_all(all.into_iter().map(|p| p.start_probes())).await;
+        self.probed.store(true, Ordering::Release);
     }
 
     /// A router built in-process (`proxy::app`) starts a fleet's probes at its first use. A
@@ -152,6 +161,9 @@ impl Fleet {
     /// over to, and tests of one upstream count its every connection.
     /// A mirror's endpoints are probed all the same: nothing else tells a shadow is down.
     pub async fn first_use(&self) {
+        if self.probed.load(Ordering::Acquire) {
+            return;
+        }
         if !self.is_single() {
             return self.start_probes().await;
         }

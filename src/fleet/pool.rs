@@ -13,6 +13,7 @@ use crate::config::{
 };
 use crate::metrics::Metrics;
 use crate::upstream::{ModelCard, Models};
+use smallvec::SmallVec;
 
 pub struct Pool {
     pub name: Arc<str>,
@@ -276,12 +277,13 @@ impl Pool {
 
     fn pick_in(&self, state: Health, key: &Key, tried: &[Arc<Endpoint>]) -> Option<Arc<Endpoint>> {
         let set = self.endpoints();
-        let candidates: Vec<Arc<Endpoint>> = set
+        // Borrowed, on the stack: only the chosen one is cloned (a list of clones was a
+        // malloc and an atomic count up and down per endpoint, per request).
+        let candidates: SmallVec<[&Arc<Endpoint>; 8]> = set
             .iter()
             .filter(|e| e.health() == state)
             .filter(|e| state != Health::Pending || e.kind_now().is_some())
             .filter(|e| !tried.iter().any(|t| Arc::ptr_eq(t, e)))
-            .cloned()
             .collect();
         if candidates.is_empty() {
             return None;

@@ -128,7 +128,10 @@ async fn attempts(
                 // made every future above this one (the handler's, boxed and copied whole
                 // per request) 2 KiB larger on the passthrough path too.
                 let body = body.clone();
-                Box::pin(translate::handle(st, &ep, kind, way, headers, body, at, retry)).await
+                Box::pin(translate::handle(
+                    st, &ep, kind, way, headers, body, at, retry,
+                ))
+                .await
             }
         };
         let e = match attempt {

@@ -98,6 +98,7 @@ fn ctx(b: u8) -> Ctx {
         } else {
             Vec::new()
         },
+        max_tokens: (b & 0x04 != 0).then_some(4),
     }
 }
 

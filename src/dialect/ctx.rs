@@ -32,6 +32,9 @@ pub struct Ctx {
     /// Each prompt's length, when the client sent token ids (so lingo knows it before the
     /// upstream says); empty otherwise.
     pub prompt_lens: Vec<u64>,
+    /// The request's output cap, when it set one: what a cumulative encoder sizes its
+    /// per-choice state by.
+    pub max_tokens: Option<u32>,
 }
 
 impl Ctx {
@@ -57,6 +60,7 @@ impl Ctx {
                 Prompt::Tokens(ids) => ids.iter().map(|p| p.len() as u64).collect(),
                 _ => Vec::new(),
             },
+            max_tokens: req.sampling.max_tokens,
         }
     }
 

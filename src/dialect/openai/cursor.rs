@@ -78,6 +78,30 @@ pub(crate) fn plain_run(bytes: &[u8]) -> Sure<usize> {
     matches!(bytes[end], b'"' | b'\\').then_some(end)
 }
 
+/// A plain unsigned integer at the start of `bytes` (digits, no leading zero) and the bytes
+/// it took, or `None` when there is none or it is past `u64`. One pass, each byte tested and
+/// folded in the same step, unchecked for the first 19 digits (they fit a `u64`):
+/// `str::parse` cost a hundred instructions a token id, and a count of the digits before
+/// folding them half of that.
+#[inline]
+pub(crate) fn plain_uint(bytes: &[u8]) -> Sure<(u64, usize)> {
+    let (mut n, mut value) = (0, 0u64);
+    while n < bytes.len().min(19) {
+        let d = bytes[n].wrapping_sub(b'0');
+        if d > 9 {
+            break;
+        }
+        value = value * 10 + u64::from(d);
+        n += 1;
+    }
+    while let Some(d) = bytes.get(n).map(|b| b.wrapping_sub(b'0')).filter(|&d| d <= 9) {
+        value = value.checked_mul(10)?.checked_add(u64::from(d))?;
+        n += 1;
+    }
+    let plain = n == 1 || (n > 1 && bytes[0] != b'0');
+    plain.then_some((value, n))
+}
+
 pub(crate) struct Cursor<'a> {
     pub(crate) text: &'a str,
     pub(crate) bytes: &'a [u8],
@@ -244,33 +268,11 @@ impl<'a> Cursor<'a> {
         self.uint()
     }
 
-    /// An unsigned integer of type `T`, read as `u32` is. Folded digit by digit (`str::parse`
-    /// cost a hundred instructions a token id), unchecked for the first 19 digits (they fit
-    /// a `u64`), checked past them; past `u64`, or past `T`, it is not sure.
+    /// An unsigned integer of type `T`, read as `u32` is (`plain_uint`); past `T`, it is
+    /// not sure.
     pub(crate) fn uint<T: TryFrom<u64>>(&mut self) -> Sure<T> {
         self.ws();
-        let rest = &self.bytes[self.at..];
-        // One pass: each byte is tested and folded in the same step.
-        let (mut n, mut value) = (0, 0u64);
-        while n < rest.len().min(19) {
-            let d = rest[n].wrapping_sub(b'0');
-            if d > 9 {
-                break;
-            }
-            value = value * 10 + u64::from(d);
-            n += 1;
-        }
-        while let Some(d) = rest
-            .get(n)
-            .map(|b| b.wrapping_sub(b'0'))
-            .filter(|&d| d <= 9)
-        {
-            value = value.checked_mul(10)?.checked_add(u64::from(d))?;
-            n += 1;
-        }
-        if n == 0 || (n > 1 && rest[0] == b'0') {
-            return None;
-        }
+        let (value, n) = plain_uint(&self.bytes[self.at..])?;
         self.at += n;
         T::try_from(value).ok()
     }

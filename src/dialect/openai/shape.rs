@@ -22,7 +22,7 @@ use std::ops::Range;
 
 use compact_str::CompactString;
 
-use super::cursor::{plain_run, Cursor, Sure};
+use super::cursor::{plain_run, plain_uint, Cursor, Sure};
 use super::scan::{self, Spots};
 use super::stream::{ChunkWire, DeltaWire};
 use super::wire::{finish_from_wire, UsageWire};
@@ -220,7 +220,7 @@ fn vllm_usage(bytes: &[u8]) -> Sure<(UsageWire, usize)> {
     let mut count = |key: &[u8]| -> Sure<u64> {
         bytes[at..].starts_with(key).then_some(())?;
         at += key.len();
-        let (n, len) = plain_u64(&bytes[at..])?;
+        let (n, len) = plain_uint(&bytes[at..])?;
         at += len;
         Some(n)
     };
@@ -245,19 +245,6 @@ fn vllm_usage(bytes: &[u8]) -> Sure<(UsageWire, usize)> {
     Some((usage, at + end))
 }
 
-/// A `u64` spelled plainly (digits, no leading zero) and the bytes it took.
-fn plain_u64(bytes: &[u8]) -> Sure<(u64, usize)> {
-    let digits = bytes.iter().take_while(|b| b.is_ascii_digit()).count();
-    let number = bytes.get(..digits)?;
-    if digits == 0 || (digits > 1 && number[0] == b'0') {
-        return None;
-    }
-    let value = number.iter().try_fold(0u64, |v, d| {
-        v.checked_mul(10)?.checked_add(u64::from(d - b'0'))
-    })?;
-    Some((value, digits))
-}
-
 /// A `token_ids` array as serde reads a `Vec<u32>`, in the plainest spelling only (no
 /// spaces, no leading zeros), and the bytes it took; anything else is not sure.
 fn id_list(bytes: &[u8]) -> Sure<(Vec<u32>, usize)> {
@@ -268,7 +255,7 @@ fn id_list(bytes: &[u8]) -> Sure<(Vec<u32>, usize)> {
         return Some((ids, at + 1));
     }
     loop {
-        let (value, digits) = plain_u64(&bytes[at..])?;
+        let (value, digits) = plain_uint(&bytes[at..])?;
         ids.push(u32::try_from(value).ok()?);
         at += digits;
         match bytes.get(at) {

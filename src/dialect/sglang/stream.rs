@@ -69,7 +69,32 @@ fn write_event(
     out.put_slice(b"}\n\n");
 }
 
+/// The most tokens a choice's state is sized for up front (more grow as they come).
+const MAX_PRESIZED: u32 = 256;
+
+/// Bytes of text and of written ids a token takes, about: a choice's state is sized for its
+/// request's cap (16 tokens' growth one push at a time was five reallocations of each of
+/// its four lists, a few hundred instructions an event).
+const TEXT_PER_TOKEN: usize = 8;
+const ID_DIGITS_PER_TOKEN: usize = 7;
+
+impl Choice {
+    fn sized(tokens: usize) -> Choice {
+        Choice {
+            text: String::with_capacity(tokens * TEXT_PER_TOKEN),
+            ..Choice::default()
+        }
+    }
+}
+
 impl Written {
+    fn sized(tokens: usize) -> Written {
+        Written {
+            text: Vec::with_capacity(tokens * TEXT_PER_TOKEN),
+            ids: Vec::with_capacity(tokens * ID_DIGITS_PER_TOKEN),
+        }
+    }
+
     /// Extend by one chunk's text and ids.
     fn extend(&mut self, text: &str, ids: Option<&[u32]>, scratch: &mut Vec<u8>) {
         if !text.is_empty() {
@@ -108,6 +133,11 @@ impl Encoder {
         }
     }
 
+    /// How many tokens a choice's state is sized for: the request's cap, up to a bound.
+    fn presized(&self) -> usize {
+        self.ctx.max_tokens.map_or(16, |m| m.min(MAX_PRESIZED)) as usize
+    }
+
     /// Write the last events that waited for the counts.
     fn flush(&mut self, out: &mut BytesMut) {
         for i in std::mem::take(&mut self.deferred) {
@@ -117,9 +147,10 @@ impl Encoder {
 
     fn chunk(&mut self, c: &Chunk, out: &mut BytesMut) {
         let i = c.index as usize;
+        let tokens = self.presized();
         if self.choices.len() <= i {
-            self.choices.resize_with(i + 1, Choice::default);
-            self.written.resize_with(i + 1, Written::default);
+            self.choices.resize_with(i + 1, || Choice::sized(tokens));
+            self.written.resize_with(i + 1, || Written::sized(tokens));
         }
         self.written[i].extend(&c.text, c.token_ids.as_deref(), &mut self.scratch);
         let st = &mut self.choices[i];
@@ -127,7 +158,7 @@ impl Encoder {
         st.text.push_str(&c.text);
         if let Some(ids) = &c.token_ids {
             st.token_ids
-                .get_or_insert_with(Vec::new)
+                .get_or_insert_with(|| Vec::with_capacity(tokens))
                 .extend_from_slice(ids);
         }
         if let Some(lps) = &c.logprobs {
@@ -467,6 +498,34 @@ mod tests {
         let mut out = BytesMut::new();
         enc.events(&[text("a", None), text("b", None)], &mut out);
         assert_eq!(prompts(&out), [3, 3]);
+    }
+
+    #[test]
+    fn a_choice_is_sized_for_its_cap_once() {
+        // 16 tokens of up to 8 bytes and their ids fit what the first event set aside.
+        let body = br#"{"text": "a", "stream": true, "sampling_params": {"max_new_tokens": 16}}"#;
+        let mut enc = encoder(body);
+        let mut out = BytesMut::new();
+        let token = |i: u32| {
+            Event::Chunk(Chunk {
+                text: " token".into(),
+                token_ids: Some(vec![100_000 + i]),
+                ..Chunk::default()
+            })
+        };
+        enc.events(&[token(0)], &mut out);
+        let caps = |e: &Encoder| {
+            let ids = e.choices[0].token_ids.as_ref().map(Vec::capacity);
+            let (w, c) = (&e.written[0], &e.choices[0]);
+            (c.text.capacity(), ids, w.text.capacity(), w.ids.capacity())
+        };
+        let first = caps(&enc);
+        assert!(first.0 >= 16 * 6 && first.1 >= Some(16), "{first:?}");
+        for i in 1..16 {
+            enc.events(&[token(i)], &mut out);
+        }
+        assert_eq!(caps(&enc), first);
+        assert_eq!(enc.written[0].ids.len(), 16 * 7 - 1);
     }
 
     #[test]

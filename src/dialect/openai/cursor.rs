@@ -50,24 +50,29 @@ const STOPS: [bool; 256] = {
     t
 };
 
+/// The high bit of each byte of `word` (eight bytes, the first lowest) that is a quote, a
+/// backslash or under 0x20: the lowest one flagged is exact (a borrow may flag bytes above
+/// it, never below), so whether any is flagged is exact too.
+#[inline]
+pub(crate) fn stop_flags(word: u64) -> u64 {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let quote = word ^ (ONES * u64::from(b'"'));
+    let slash = word ^ (ONES * u64::from(b'\\'));
+    (quote.wrapping_sub(ONES) & !quote
+        | slash.wrapping_sub(ONES) & !slash
+        | word.wrapping_sub(ONES * 0x20) & !word)
+        & HIGH
+}
+
 /// How far `bytes` runs before a quote or backslash, or `None` when neither comes or a raw
 /// control character comes first. Eight bytes a step (a byte-wise table walk cost a
 /// response's text and keys about 5 instructions a byte), the rest by the table.
 #[inline]
 pub(crate) fn plain_run(bytes: &[u8]) -> Sure<usize> {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGH: u64 = 0x8080_8080_8080_8080;
     let mut at = 0;
     for chunk in bytes.chunks_exact(8) {
-        let word = u64::from_le_bytes(chunk.try_into().ok()?);
-        let quote = word ^ (ONES * u64::from(b'"'));
-        let slash = word ^ (ONES * u64::from(b'\\'));
-        // The high bit of each byte that is 0 (a quote, a backslash) or under 0x20: the
-        // lowest one flagged is exact (a borrow may flag bytes above it, never below).
-        let flags = (quote.wrapping_sub(ONES) & !quote
-            | slash.wrapping_sub(ONES) & !slash
-            | word.wrapping_sub(ONES * 0x20) & !word)
-            & HIGH;
+        let flags = stop_flags(u64::from_le_bytes(chunk.try_into().ok()?));
         if flags != 0 {
             at += flags.trailing_zeros() as usize / 8;
             return matches!(bytes[at], b'"' | b'\\').then_some(at);
@@ -94,7 +99,11 @@ pub(crate) fn plain_uint(bytes: &[u8]) -> Sure<(u64, usize)> {
         value = value * 10 + u64::from(d);
         n += 1;
     }
-    while let Some(d) = bytes.get(n).map(|b| b.wrapping_sub(b'0')).filter(|&d| d <= 9) {
+    while let Some(d) = bytes
+        .get(n)
+        .map(|b| b.wrapping_sub(b'0'))
+        .filter(|&d| d <= 9)
+    {
         value = value.checked_mul(10)?.checked_add(u64::from(d))?;
         n += 1;
     }

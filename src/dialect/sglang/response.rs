@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use super::logprobs;
+use crate::dialect::json::write_str;
 use crate::dialect::Ctx;
 use crate::error::ProxyError;
 use crate::model::{Choice, Finish, Response, Usage};
@@ -57,7 +58,7 @@ impl FinishJson<'_> {
                 out.extend_from_slice(b"{\"matched\":");
                 match m {
                     Matched::Id(id) => json(out, id),
-                    Matched::Text(t) => json(out, t),
+                    Matched::Text(t) => write_str(out, t),
                     Matched::Null => out.extend_from_slice(b"null"),
                 }
                 b"stop"
@@ -69,7 +70,7 @@ impl FinishJson<'_> {
             }
             FinishJson::Abort(m) => {
                 out.extend_from_slice(b"{\"message\":");
-                json(out, m);
+                write_str(out, m);
                 b"abort"
             }
         };
@@ -160,7 +161,7 @@ impl MetaInfo<'_> {
         out.extend_from_slice(b",\"finish_reason\":");
         self.finish_reason.write_json(out);
         out.extend_from_slice(b",\"id\":");
-        json(out, &self.id);
+        write_str(out, &self.id);
         let logprobs: [(&[u8], &Option<Value>); 3] = [
             (b",\"input_token_logprobs\":", &self.input_token_logprobs),
             (b",\"output_token_logprobs\":", &self.output_token_logprobs),
@@ -225,7 +226,7 @@ fn write_item(out: &mut Vec<u8>, ctx: &Ctx, c: &Choice, usage: Usage) {
         out.push(b']');
     }
     out.extend_from_slice(b",\"text\":");
-    json(out, &c.text);
+    write_str(out, &c.text);
     out.push(b'}');
 }
 

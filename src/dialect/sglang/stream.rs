@@ -7,6 +7,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::response::{finish_from_json, meta_info, push_ids, MetaInfo};
+use crate::dialect::json::write_str_inner;
 use crate::dialect::Ctx;
 use crate::error::ProxyError;
 use crate::model::{Choice, Chunk, Event, Tally, Usage};
@@ -96,15 +97,8 @@ impl Written {
     }
 
     /// Extend by one chunk's text and ids.
-    fn extend(&mut self, text: &str, ids: Option<&[u32]>, scratch: &mut Vec<u8>) {
-        if !text.is_empty() {
-            scratch.clear();
-            // Writing a string into a `Vec` cannot fail; the quotes are left out.
-            let _ = serde_json::to_writer(&mut *scratch, text);
-            if let Some(inner) = scratch.get(1..scratch.len().saturating_sub(1)) {
-                self.text.extend_from_slice(inner);
-            }
-        }
+    fn extend(&mut self, text: &str, ids: Option<&[u32]>) {
+        write_str_inner(&mut self.text, text);
         let after = !self.ids.is_empty();
         push_ids(&mut self.ids, ids.unwrap_or_default(), after);
     }
@@ -152,7 +146,7 @@ impl Encoder {
             self.choices.resize_with(i + 1, || Choice::sized(tokens));
             self.written.resize_with(i + 1, || Written::sized(tokens));
         }
-        self.written[i].extend(&c.text, c.token_ids.as_deref(), &mut self.scratch);
+        self.written[i].extend(&c.text, c.token_ids.as_deref());
         let st = &mut self.choices[i];
         st.index = c.index;
         st.text.push_str(&c.text);
@@ -480,7 +474,7 @@ mod tests {
         };
         let meta = meta_info(&enc.ctx, &choice, usage, true);
         let (mut w, mut scratch) = (Written::default(), Vec::new());
-        w.extend(&choice.text, choice.token_ids.as_deref(), &mut scratch);
+        w.extend(&choice.text, choice.token_ids.as_deref());
         let mut out = BytesMut::new();
         write_event(&mut out, &w, true, &meta, Some(1), &mut scratch);
         let want = reference(&choice.text, choice.token_ids.as_deref(), &meta, Some(1));

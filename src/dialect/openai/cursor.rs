@@ -216,10 +216,18 @@ impl<'a> Cursor<'a> {
     /// `array`, into any collection (a `SmallVec` keeps a short one off the heap).
     pub(crate) fn array_into<T, C: Default + Extend<T>>(
         &mut self,
-        mut each: impl FnMut(&mut Self) -> Sure<T>,
+        each: impl FnMut(&mut Self) -> Sure<T>,
     ) -> Sure<C> {
         self.eat(b'[')?;
-        let mut out = C::default();
+        self.items(C::default(), each)
+    }
+
+    /// The items of an array whose `[` is read, each read by `each` into `out`.
+    fn items<T, C: Extend<T>>(
+        &mut self,
+        mut out: C,
+        mut each: impl FnMut(&mut Self) -> Sure<T>,
+    ) -> Sure<C> {
         if self.peek()? == b']' {
             self.at += 1;
             return Some(out);
@@ -291,25 +299,14 @@ impl<'a> Cursor<'a> {
     /// for 16 ids.
     pub(crate) fn ids(&mut self) -> Sure<Vec<u32>> {
         self.eat(b'[')?;
-        if self.peek()? == b']' {
-            self.at += 1;
-            return Some(Vec::new());
-        }
         let rest = &self.bytes[self.at..];
-        let close = memchr::memchr(b']', rest)?;
-        let commas = rest[..close].iter().filter(|&&b| b == b',').count();
-        let mut out = Vec::with_capacity(commas + 1);
-        loop {
-            out.push(self.u32()?);
-            match self.peek()? {
-                b',' => self.at += 1,
-                b']' => {
-                    self.at += 1;
-                    return Some(out);
-                }
-                _ => return None,
-            }
-        }
+        let inside = &rest[..memchr::memchr(b']', rest)?];
+        let commas = inside.iter().filter(|&&b| b == b',').count();
+        let items = match inside.trim_ascii().is_empty() {
+            true => 0,
+            false => commas + 1,
+        };
+        self.items(Vec::with_capacity(items), Cursor::u32)
     }
 
     /// The exact text of the next value.

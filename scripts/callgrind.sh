@@ -10,6 +10,10 @@
 #   TTFT=0s ITL=0s              the mock's pacing: with ITL, every event arrives on its own
 #                               and is read, decoded and written on its own (per-token cost)
 #   OUT=dir                     keep callgrind.out there (default: a temporary directory)
+#   LOAD_POLL=1                 0: no engine load polls (`[load] enabled = false`). They run
+#                               every 250 ms per endpoint, so under callgrind's slowdown their
+#                               share of a count grows with the run's wall time (about 4% of a
+#                               paced request); off, counts from runs of different speed agree
 #   PROXY=lingo|nginx           nginx: the same load through nginx (one worker process,
 #                               bench-peers.sh's proxy settings), the yardstick for lingo's
 #                               figures; MODE nonstream or stream only
@@ -18,7 +22,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/nginx.sh
-MODE=${MODE:-nonstream} N=${N:-2000} WARM=${WARM:-300} TOKENS=${TOKENS:-16}
+MODE=${MODE:-nonstream} N=${N:-2000} WARM=${WARM:-300} TOKENS=${TOKENS:-16} LOAD_POLL=${LOAD_POLL:-1}
 REPLICAS=${REPLICAS:-1} TTFT=${TTFT:-0s} ITL=${ITL:-0s} PROXY=${PROXY:-lingo}
 TARGET=${CARGO_TARGET_DIR:-target}
 LINGO=${LINGO:-$TARGET/release/lingo}
@@ -51,6 +55,7 @@ if [ "$PROXY" = nginx ]; then
 else
   printf '[pools.p]\npolicy = "round_robin"\nendpoints = [%s]\n' \
     "$(printf '{ url = "%s", kind = "vllm" },' "${URLS[@]:0:$REPLICAS}")" >"$OUT/lingo.toml"
+  [ "$LOAD_POLL" = 0 ] && printf '[load]\nenabled = false\n' >>"$OUT/lingo.toml"
   LINGO_LOG=warn valgrind --tool=callgrind --instr-atstart=no \
     --callgrind-out-file="$OUT/callgrind.out" \
     "$LINGO" serve --listen "127.0.0.1:$LPORT" --config "$OUT/lingo.toml" --workers 1 \

@@ -32,7 +32,7 @@ pub fn pick(policy: Policy, healthy: &[&Arc<Endpoint>], key: &Key, bound: f64) -
 /// exactly its weight, interleaved rather than in runs.
 fn round_robin(healthy: &[&Arc<Endpoint>]) -> Arc<Endpoint> {
     let total: i64 = healthy.iter().map(|e| i64::from(e.weight)).sum();
-    // On the stack: a pick allocated nothing else.
+    // On the stack: a pick allocates nothing.
     let mut best: SmallVec<[&Arc<Endpoint>; 8]> = SmallVec::new();
     let mut top = i64::MIN;
     for e in healthy {

@@ -14,6 +14,7 @@ use super::body::UpstreamBody;
 use super::h1;
 use crate::config::{Limits, Timeouts};
 use crate::error::{ProxyError, Timer};
+use crate::gathered::Gathered;
 use crate::stream::timers::HeaderWait;
 
 /// The upstream's answer: status, content type, and the still-unread body.
@@ -48,7 +49,7 @@ impl UpstreamResponse {
         let error = !self.status.is_success();
         let limit = if error { b.error } else { b.whole };
         let mut body = self.body;
-        let mut out = crate::gathered::Gathered::default();
+        let mut out = Gathered::default();
         loop {
             let frame = match tokio::time::timeout(b.idle, body.frame()).await {
                 Err(_) => return Err(ProxyError::Timeout(Timer::StreamIdle)),

@@ -83,6 +83,18 @@ pub(crate) fn plain_run(bytes: &[u8]) -> Sure<usize> {
     matches!(bytes[end], b'"' | b'\\').then_some(end)
 }
 
+/// Whether any byte of `bytes` is a quote, a backslash or under 0x20 (what a JSON string
+/// must escape): eight bytes a step, the rest by the table.
+#[inline]
+pub(crate) fn has_stop(bytes: &[u8]) -> bool {
+    let mut words = bytes.chunks_exact(8);
+    let any = words.any(|w| {
+        let word = u64::from_le_bytes(w.try_into().unwrap_or_default());
+        stop_flags(word) != 0
+    });
+    any || words.remainder().iter().any(|&b| STOPS[usize::from(b)])
+}
+
 /// A plain unsigned integer at the start of `bytes` (digits, no leading zero) and the bytes
 /// it took, or `None` when there is none or it is past `u64`. One pass, each byte tested and
 /// folded in the same step, unchecked for the first 19 digits (they fit a `u64`):

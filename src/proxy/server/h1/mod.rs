@@ -137,6 +137,8 @@ struct Conn {
 enum Gather {
     /// Bytes to write, and more to come.
     More,
+    /// Bytes to write, and the body said it has no more yet: its wake-up is armed.
+    Waiting,
     /// The body ended; write what is gathered and the request is done.
     End,
     /// The body failed or the client left: write what is gathered (if anything) and close.
@@ -292,9 +294,16 @@ impl Conn {
             Out::Length(n) => n,
             _ => u64::MAX,
         };
+        // The body said Pending just before the last write. Its wake-up is still armed for
+        // this task, so asking again now would only repeat the Pending (a third of the body
+        // polls of a paced stream, each with its timers): wait for that wake-up instead.
+        let mut armed = false;
         loop {
             let mut big = None;
             let step = poll_fn(|cx| {
+                if std::mem::take(&mut armed) {
+                    return self.poll_gone(cx).map(|()| Gather::Abort);
+                }
                 self.gather(cx, body.as_mut(), &mut out, &mut big, framing, &mut left)
             })
             .await;
@@ -311,6 +320,7 @@ impl Conn {
             out.clear();
             match step {
                 Gather::More => {}
+                Gather::Waiting => armed = true,
                 Gather::End => return Ok(true),
                 Gather::Abort => return Ok(false),
             }
@@ -374,7 +384,7 @@ impl Conn {
                         _ => Gather::End,
                     });
                 }
-                Poll::Pending if !out.is_empty() => return Poll::Ready(Gather::More),
+                Poll::Pending if !out.is_empty() => return Poll::Ready(Gather::Waiting),
                 Poll::Pending => return self.poll_gone(cx).map(|()| Gather::Abort),
             }
         }

@@ -233,7 +233,8 @@ impl State {
         let mut total = first.len();
         let mut ready = READY.take();
         ready.push(first);
-        while total < JOIN_CAP {
+        // A body that says it is dry would only answer Pending.
+        while total < JOIN_CAP && !body.dry() {
             match body.frame().now_or_never() {
                 // Not ready: what is here goes out now.
                 None => break,

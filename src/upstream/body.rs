@@ -19,6 +19,17 @@ pub enum UpstreamBody {
     Hyper(Incoming),
 }
 
+impl UpstreamBody {
+    /// Whether a poll now would surely find nothing (`h1::Body::dry`); hyper's bodies do
+    /// not say, so they are never dry.
+    pub fn dry(&self) -> bool {
+        match self {
+            UpstreamBody::H1(b) => b.dry(),
+            UpstreamBody::Hyper(_) => false,
+        }
+    }
+}
+
 impl http_body::Body for UpstreamBody {
     type Data = Bytes;
     type Error = BodyError;

@@ -9,7 +9,7 @@ use http_body::{Frame, SizeHint};
 use tokio::io::Interest;
 use tokio::net::TcpStream;
 
-use super::framing::{Framing, Step};
+use super::framing::{Chunked, Framing, Step};
 use super::pool::Conn;
 
 /// Why a body stopped before its end.
@@ -31,6 +31,8 @@ pub struct Body {
     conn: Option<Conn>,
     framing: Framing,
     reusable: bool,
+    /// The last read took all the socket had (`poll_fill_dry`).
+    dry: bool,
 }
 
 impl Body {
@@ -39,6 +41,7 @@ impl Body {
             conn: Some(conn),
             framing,
             reusable,
+            dry: false,
         };
         // An empty body has ended already: its connection is free now, read or not.
         if framing == Framing::Length(0) {
@@ -61,6 +64,21 @@ impl Body {
         self.conn.as_ref().map(|c| c.buf.capacity())
     }
 
+    /// Whether a poll now would surely find nothing: the last read drained the socket and
+    /// what it left holds no data (at most a chunk's closing CRLF). Within one poll of the
+    /// task nothing can have arrived since, as the runtime learns of new bytes only between
+    /// polls (and should it have, on another thread, the next poll reads them).
+    pub fn dry(&self) -> bool {
+        let Some(conn) = &self.conn else {
+            return false;
+        };
+        let spent = match self.framing {
+            Framing::Chunked(Chunked::DataEnd) => conn.buf.len() <= 2,
+            _ => conn.buf.is_empty(),
+        };
+        self.dry && spent
+    }
+
     fn fail(&mut self, e: BodyError) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         self.conn = None;
         Poll::Ready(Some(Err(e)))
@@ -79,7 +97,13 @@ impl http_body::Body for Body {
         let Some(conn) = this.conn.as_mut() else {
             return Poll::Ready(None);
         };
-        match ready!(poll_piece(&conn.io, &mut conn.buf, &mut this.framing, cx)) {
+        match ready!(poll_piece(
+            &conn.io,
+            &mut conn.buf,
+            &mut this.framing,
+            &mut this.dry,
+            cx
+        )) {
             Ok(Some(d)) => Poll::Ready(Some(Ok(Frame::data(d)))),
             Ok(None) => {
                 this.finish();
@@ -123,10 +147,12 @@ impl From<Failure> for BodyError {
 /// The next piece of a body framed by `framing`, `None` at its end (by its framing, or by a
 /// close its framing ends at): from `buf` if it holds some, else read from `io`. Both ends
 /// of lingo's HTTP/1 read bodies this way (responses from upstreams, requests from clients).
+/// `dry` is set to whether the last read drained the socket.
 pub(crate) fn poll_piece(
     io: &TcpStream,
     buf: &mut BytesMut,
     framing: &mut Framing,
+    dry: &mut bool,
     cx: &mut Context<'_>,
 ) -> Poll<Result<Option<Bytes>, Failure>> {
     loop {
@@ -136,10 +162,10 @@ pub(crate) fn poll_piece(
             Ok(Step::Done) => return Poll::Ready(Ok(None)),
             Ok(Step::NeedMore) => {}
         }
-        match ready!(poll_fill(io, buf, cx)) {
-            Ok(0) if framing.ends_at_close() => return Poll::Ready(Ok(None)),
-            Ok(0) => return Poll::Ready(Err(Failure::Closed)),
-            Ok(_) => {}
+        match ready!(poll_fill_dry(io, buf, cx)) {
+            Ok((0, _)) if framing.ends_at_close() => return Poll::Ready(Ok(None)),
+            Ok((0, _)) => return Poll::Ready(Err(Failure::Closed)),
+            Ok((_, drained)) => *dry = drained,
             Err(e) => return Poll::Ready(Err(Failure::Io(e))),
         }
     }
@@ -156,6 +182,16 @@ pub(crate) fn poll_fill(
     buf: &mut BytesMut,
     cx: &mut Context<'_>,
 ) -> Poll<io::Result<usize>> {
+    poll_fill_dry(io, buf, cx).map_ok(|(n, _)| n)
+}
+
+/// `poll_fill`, and whether the read took all the socket had (its readiness is cleared:
+/// reading again before the runtime next looks would find nothing).
+pub(crate) fn poll_fill_dry(
+    io: &TcpStream,
+    buf: &mut BytesMut,
+    cx: &mut Context<'_>,
+) -> Poll<io::Result<(usize, bool)>> {
     loop {
         if io.poll_read_ready(cx)?.is_pending() {
             if buf.is_empty() {
@@ -180,9 +216,9 @@ pub(crate) fn poll_fill(
             }
         });
         match (drained, got) {
-            (Ok(n), _) => return Poll::Ready(Ok(n)),
+            (Ok(n), _) => return Poll::Ready(Ok((n, false))),
             (Err(e), Some(n)) if e.kind() == io::ErrorKind::WouldBlock => {
-                return Poll::Ready(Ok(n))
+                return Poll::Ready(Ok((n, true)))
             }
             (Err(e), None) if e.kind() == io::ErrorKind::WouldBlock => continue,
             (Err(e), _) => return Poll::Ready(Err(e)),

@@ -351,6 +351,26 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_body_is_dry_once_a_read_that_drained_the_socket_is_used_up() {
+        // Two chunks in one write, so in one read: after the first, the second is still
+        // buffered; after the second only its CRLF is, and the read took all there was.
+        let (port, go) = two_writes(FIRST_CHUNK, b"3\r\ndef\r\n3\r\nghi\r\n").await;
+        let p = pool(port);
+        let mut r = first_chunk_is_abc(&p).await;
+        let body = &mut r.body;
+        go.send(()).unwrap();
+        let def = body.frame().await.unwrap().unwrap().into_data().unwrap();
+        assert_eq!(&def[..], b"def");
+        assert!(!body.dry(), "the next chunk is buffered");
+        let ghi = body.frame().await.unwrap().unwrap().into_data().unwrap();
+        assert_eq!(&ghi[..], b"ghi");
+        assert!(
+            body.dry(),
+            "only the chunk's CRLF is left, and the socket was drained"
+        );
+    }
+
+    #[tokio::test]
     async fn a_connection_that_closes_mid_body_is_an_error() {
         let (port, _server) = server(vec![
             b"HTTP/1.1 200 OK\r\nconnection: close\r\ntransfer-encoding: chunked\r\n\r\n3\r\nab",

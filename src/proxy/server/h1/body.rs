@@ -85,7 +85,9 @@ impl http_body::Body for Body {
         let Some(buf) = this.buf.as_mut() else {
             return Poll::Ready(None);
         };
-        match ready!(poll_piece(&this.io, buf, &mut this.framing, cx)) {
+        // A request body's reads are not joined: whether they drained the socket is unused.
+        let mut dry = false;
+        match ready!(poll_piece(&this.io, buf, &mut this.framing, &mut dry, cx)) {
             // A copy of its own: the handler keeps the body while the answer streams, and a
             // slice would keep the connection's whole read buffer with it.
             Ok(Some(d)) => Poll::Ready(Some(Ok(Frame::data(Bytes::copy_from_slice(&d))))),

@@ -5,7 +5,7 @@
 
 use std::cell::Cell;
 use std::collections::VecDeque;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
@@ -69,8 +69,9 @@ struct State {
     saw_end: bool,
     finished: bool,
     wait: Duration,
-    /// A wait for the next chunk in progress: since when, and the timer bounding it.
-    waiting: Option<(Instant, crate::error::Timer)>,
+    /// A wait for the next chunk in progress: since when, and the timer bounding it. On
+    /// tokio's clock, which the timers' deadlines are on (the same clock, outside tests).
+    waiting: Option<(tokio::time::Instant, crate::error::Timer)>,
     /// Passthrough: upstream events lingo could not decode (forwarded as they came).
     decode_errors: u32,
     /// Passthrough: the upstream's own in-band error, already forwarded with the rest.
@@ -207,11 +208,13 @@ impl State {
         let (since, timer) = match self.waiting {
             Some(w) => w,
             None => {
-                let timer = match self.timers.arm_chunk() {
+                // One clock read starts both the wait's count and its deadline.
+                let now = tokio::time::Instant::now();
+                let timer = match self.timers.arm_chunk(now) {
                     Ok(t) => t,
                     Err(e) => return Poll::Ready(Err(e)),
                 };
-                *self.waiting.insert((Instant::now(), timer))
+                *self.waiting.insert((now, timer))
             }
         };
         let done = match Pin::new(body).poll_frame(cx) {
@@ -573,7 +576,7 @@ mod tests {
         let dialect = Dialect::OpenaiCompletions;
         let timers = Timers::start(
             &Timeouts::default(),
-            Instant::now(),
+            std::time::Instant::now(),
             &Drain::default(),
             true,
         );

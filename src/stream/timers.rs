@@ -96,13 +96,13 @@ impl Timers {
         }
     }
 
-    /// Start waiting for the next body chunk (the pipeline polls the body itself, then
-    /// `poll_fired`): the timer that will fire, or the shutdown that already came.
-    pub fn arm_chunk(&mut self) -> Result<Timer, ProxyError> {
+    /// Start waiting, at `now`, for the next body chunk (the pipeline polls the body itself,
+    /// then `poll_fired`): the timer that will fire, or the shutdown that already came.
+    pub fn arm_chunk(&mut self, now: Instant) -> Result<Timer, ProxyError> {
         if self.expired.reached() {
             return Err(ProxyError::ShuttingDown);
         }
-        let (deadline, timer) = self.chunk_deadline();
+        let (deadline, timer) = self.chunk_deadline(now);
         // A stream's idle deadline moves at every event, and resetting the sleep re-files
         // it in the runtime's timer wheel each time. A later deadline is left to
         // `poll_fired`, which moves the sleep on when it ends before `due`.
@@ -141,10 +141,10 @@ impl Timers {
 
     /// Until the first token its own timer is the bound (queueing and prefill may take
     /// longer than any gap between tokens); after it, `stream_idle`; `total` if sooner.
-    fn chunk_deadline(&self) -> (Instant, Timer) {
+    fn chunk_deadline(&self, now: Instant) -> (Instant, Timer) {
         let phase = match self.first_token {
             Some(ft) => (ft, Timer::FirstToken),
-            None => (Instant::now() + self.idle, Timer::StreamIdle),
+            None => (now + self.idle, Timer::StreamIdle),
         };
         match self.total {
             Some(total) if total < phase.0 => (total, Timer::Total),
@@ -161,7 +161,7 @@ mod tests {
 
     /// One wait for a chunk as the pipeline makes it: arm, then poll `f`, then the timers.
     async fn chunk<T>(t: &mut Timers, f: impl Future<Output = T>) -> Result<T, ProxyError> {
-        let timer = t.arm_chunk()?;
+        let timer = t.arm_chunk(Instant::now())?;
         let mut f = std::pin::pin!(f);
         std::future::poll_fn(|cx| match f.as_mut().poll(cx) {
             Poll::Ready(v) => Poll::Ready(Ok(v)),

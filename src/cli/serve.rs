@@ -312,8 +312,8 @@ fn startup_checks(config: &Config) -> anyhow::Result<()> {
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let config = args.config()?;
     startup_checks(&config)?;
-    let listener = tokio::net::TcpListener::bind(config.listen)
-        .await
+    let listener = lingo::proxy::bind(config.listen, config.worker_count())
+        .and_then(tokio::net::TcpListener::from_std)
         .with_context(|| format!("binding {}", config.listen))?;
     let listen = listener.local_addr()?;
     for (pool, p) in config.pool_configs() {

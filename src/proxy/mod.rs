@@ -11,6 +11,7 @@ mod generate;
 mod layers;
 mod respond;
 mod server;
+pub use server::bind;
 mod state;
 
 pub use server::default_max_connections;

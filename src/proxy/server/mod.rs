@@ -5,9 +5,11 @@
 mod conn;
 mod h1;
 mod limit;
+mod listen;
 mod workers;
 
 pub use limit::default_max_connections;
+pub use listen::bind;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,5 +1,6 @@
-//! `workers = n`: n threads, each a single-threaded runtime accepting on the one listening
-//! socket (each holds a duplicate of it). A connection, its requests and their upstream
+//! `workers = n`: n threads, each a single-threaded runtime accepting on its own socket of
+//! the listening address's SO_REUSEPORT group (`listen`), or on a duplicate of the one
+//! listening socket when it is not in a group (a listener handed in, as tests do). A connection, its requests and their upstream
 //! connections stay on one thread: no work stealing, no wake-ups from another core. On
 //! tokio's shared runtime the same build spent about a third more user time per request
 //! (README, Performance). Shared across the workers: the state (metrics, pools, health,
@@ -18,7 +19,7 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 
-use super::{accept, conn, AppState};
+use super::{accept, conn, listen, AppState};
 
 /// What a worker thread reports to `run`: at most one of each per worker.
 enum Event {
@@ -125,7 +126,7 @@ impl Watch {
     }
 }
 
-/// What a worker needs to start: its runtime and its duplicate of the listening socket.
+/// What a worker needs to start: its runtime and its listening socket.
 /// All are made before any worker accepts: each takes descriptors (epoll, an eventfd, the
 /// duplicate), and a worker already accepting could leave none for the next.
 struct Seat {
@@ -156,13 +157,18 @@ impl Drop for Unstarted {
 
 fn seats(n: usize, socket: &std::net::TcpListener) -> std::io::Result<Vec<Seat>> {
     (0..n)
-        .map(|_| {
+        .map(|i| {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?;
+            // A socket of its own in the group (`listen`), else a duplicate of the one.
+            let own = match i {
+                0 => None,
+                _ => listen::next_member(socket)?,
+            };
             let seat = Seat {
                 rt: Unstarted(Some(rt)),
-                socket: socket.try_clone()?,
+                socket: own.map_or_else(|| socket.try_clone(), Ok)?,
             };
             Ok(seat)
         })

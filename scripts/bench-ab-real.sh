@@ -10,11 +10,7 @@
 set -euo pipefail
 A=${1:?usage: bench-ab-real.sh A_BINARY B_BINARY} B=${2:?usage: bench-ab-real.sh A_BINARY B_BINARY}
 ROUNDS=${ROUNDS:-3} REQS=${REQS:-640} DIALECT=${DIALECT:-openai-completions}
-W=$(mktemp -d)
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$W"; }
-trap cleanup EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
+. "$(dirname "$0")/lib/ab.sh"
 M=$(free_port)
 LINGO_LOG=warn "$B" mock --listen 127.0.0.1:$M --kind vllm --ttft 20ms --itl 5ms >"$W/mock.log" 2>&1 & pids+=($!)
 printf '[pools.p]\nendpoints = [{ url = "http://127.0.0.1:%s", kind = "vllm" }]\n' $M >"$W/l.toml"

@@ -43,6 +43,8 @@ const GATHER: usize = 64 << 10;
 const COPY_UP_TO: usize = 16 << 10;
 /// What a response head takes, give or take: the service's headers and lingo's.
 const HEAD_ROOM: usize = 320;
+/// A body frame's chunk framing (a size line and CRLF), and the last chunk.
+const FRAMING_ROOM: usize = 32;
 
 /// Serve HTTP/1 requests on `tcp` until the client closes, a request asks to close, or
 /// `activity` is asked to close (between requests).
@@ -352,6 +354,12 @@ impl Conn {
                         return Poll::Ready(Gather::Abort);
                     }
                     *left = left.saturating_sub(data.len() as u64);
+                    if data.len() <= COPY_UP_TO {
+                        // With room for its framing and the last chunk after it: grown
+                        // for the data alone, `out` grew again (a copy of it all) for the
+                        // five bytes that end a stream read whole.
+                        out.reserve(data.len() + FRAMING_ROOM);
+                    }
                     if framing == Out::Chunked {
                         response::chunk_size(out, data.len());
                     }

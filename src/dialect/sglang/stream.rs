@@ -73,6 +73,9 @@ fn write_event(
 /// The most tokens a choice's state is sized for up front (more grow as they come).
 const MAX_PRESIZED: u32 = 256;
 
+/// What an event's `meta_info` takes, about, in the encoder's scratch.
+const META_ROOM: usize = 256;
+
 /// Bytes of text and of written ids a token takes, about: a choice's state is sized for its
 /// request's cap (16 tokens' growth one push at a time was five reallocations of each of
 /// its four lists, a few hundred instructions an event).
@@ -112,7 +115,9 @@ impl Encoder {
             choices: Vec::new(),
             deferred: Vec::new(),
             written: Vec::new(),
-            scratch: Vec::new(),
+            // Room for a `meta_info` (about 200 bytes): grown from nothing, the first event
+            // reallocated it three times.
+            scratch: Vec::with_capacity(META_ROOM),
         }
     }
 

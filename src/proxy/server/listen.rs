@@ -2,8 +2,8 @@
 //!
 //! With several workers, each holding a duplicate of one socket, every worker's epoll woke
 //! for every new connection and whichever ran first took all that were queued: in runs of
-//! the same benchmark the 32 or 64 connections were split between the two workers, or all
-//! on one (one core serving, the other idle, about a sixth fewer requests a second). So on
+//! the same benchmark the 32 or 64 connections were split 2:1 between the two workers, or
+//! all went to one (one core serving, the other idle). So on
 //! Linux the socket is bound with SO_REUSEPORT and every further worker binds one of its
 //! own to the same address: the kernel spreads connections over the group by their
 //! addresses, and a connection wakes only the worker whose socket it lands on.
@@ -65,7 +65,7 @@ fn socket(addr: SocketAddr) -> io::Result<socket2::Socket> {
     Ok(s)
 }
 
-/// tokio's backlog.
+/// Listening, with tokio's backlog, and non-blocking for tokio.
 fn listen(s: socket2::Socket) -> io::Result<std::net::TcpListener> {
     s.listen(1024)?;
     s.set_nonblocking(true)?;

@@ -1,9 +1,9 @@
 //! `workers = n`: n threads, each a single-threaded runtime accepting on its own socket of
 //! the listening address's SO_REUSEPORT group (`listen`), or on a duplicate of the one
-//! listening socket when it is not in a group (a listener handed in, as tests do). A connection, its requests and their upstream
-//! connections stay on one thread: no work stealing, no wake-ups from another core. On
-//! tokio's shared runtime the same build spent about a third more user time per request
-//! (README, Performance). Shared across the workers: the state (metrics, pools, health,
+//! listening socket when it is not in a group (a listener handed in, as tests do). A
+//! connection, its requests and their upstream connections stay on one thread: no work
+//! stealing, no wake-ups from another core. On tokio's shared runtime the same build spent
+//! about a third more user time per request (README, Performance). Shared across the workers: the state (metrics, pools, health,
 //! the drain) and the connection cap. Background work (health checks, discovery, the
 //! metrics port) stays on tokio's runtime, which runs the drain's clock here too.
 //!
@@ -127,8 +127,8 @@ impl Watch {
 }
 
 /// What a worker needs to start: its runtime and its listening socket.
-/// All are made before any worker accepts: each takes descriptors (epoll, an eventfd, the
-/// duplicate), and a worker already accepting could leave none for the next.
+/// All are made before any worker accepts: each takes descriptors (epoll, an eventfd, its
+/// socket), and a worker already accepting could leave none for the next.
 struct Seat {
     rt: Unstarted,
     socket: std::net::TcpListener,

@@ -296,9 +296,11 @@ impl Conn {
             Out::Length(n) => n,
             _ => u64::MAX,
         };
-        // The body said Pending just before the last write. Its wake-up is still armed for
-        // this task, so asking again now would only repeat the Pending (a third of the body
-        // polls of a paced stream, each with its timers): wait for that wake-up instead.
+        // The body said Pending just before the last write, and the write did not wait: its
+        // wake-up is still armed for this task, so asking again now would only repeat the
+        // Pending (a third of the body polls of a paced stream, each with its timers). A
+        // write that waited for the socket let the task be polled meanwhile, and a wake-up
+        // the body gave then was spent on that poll: the body is asked again.
         let mut armed = false;
         loop {
             let mut big = None;
@@ -318,11 +320,11 @@ impl Conn {
                 IoSlice::new(big.as_deref().unwrap_or_default()),
                 IoSlice::new(tail),
             ];
-            write_all(&self.io, &slices).await?;
+            let waited = write_all(&self.io, &slices).await?;
             out.clear();
             match step {
                 Gather::More => {}
-                Gather::Waiting => armed = true,
+                Gather::Waiting => armed = !waited,
                 Gather::End => return Ok(true),
                 Gather::Abort => return Ok(false),
             }
@@ -399,8 +401,9 @@ impl Conn {
     }
 }
 
-/// Write all of `slices` (at most three), in as few calls as the socket takes.
-async fn write_all(io: &TcpStream, slices: &[IoSlice<'_>]) -> io::Result<()> {
+/// Write all of `slices` (at most three), in as few calls as the socket takes; `true` if
+/// it had to wait for the socket (the task was parked, and polled again, meanwhile).
+async fn write_all(io: &TcpStream, slices: &[IoSlice<'_>]) -> io::Result<bool> {
     let mut held = [IoSlice::new(&[]); 3];
     let mut n = 0;
     for s in slices.iter().filter(|s| !s.is_empty()) {
@@ -408,13 +411,17 @@ async fn write_all(io: &TcpStream, slices: &[IoSlice<'_>]) -> io::Result<()> {
         n += 1;
     }
     let mut bufs = &mut held[..n];
+    let mut waited = false;
     while !bufs.is_empty() {
         match io.try_write_vectored(bufs) {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
             Ok(n) => IoSlice::advance_slices(&mut bufs, n),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => io.writable().await?,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                waited = true;
+                io.writable().await?;
+            }
             Err(e) => return Err(e),
         }
     }
-    Ok(())
+    Ok(waited)
 }

@@ -322,3 +322,68 @@ async fn a_413_reaches_a_client_still_sending_its_body() {
     assert!(outcome.is_ok(), "{outcome:?}");
     send.abort();
 }
+
+/// A write that waits for a slow client lets the connection's task be polled meanwhile, and a
+/// wake-up the upstream body gives then is spent on that poll: once the write is done the body
+/// must be asked again, not trusted to wake the task later. Here the upstream sends one large
+/// event and holds; lingo takes all of it, finds the body has nothing more, and writes the
+/// event into sockets too small for it; the rest of the stream arrives while that write
+/// waits, and only then does the client read on. The idle timeout (120 s) is far beyond
+/// `BOUND`, so no timer can rescue a stall.
+#[tokio::test]
+async fn a_stream_goes_on_after_a_write_that_waited_for_the_client() {
+    // Tokens per event: an event of about 13 KB, small enough for lingo to gather (copy),
+    // about twice what both sockets hold at their smallest.
+    const CHUNK: u32 = 2500;
+    let mock = common::mock_with(lingo::mock::MockConfig {
+        tokens_per_chunk: CHUNK,
+        ..Default::default()
+    })
+    .await;
+    mock.state.hold_after(CHUNK);
+    let config = common::config_for(&mock.url(), KindSetting::Vllm);
+    // Accepted sockets inherit their listener's send buffer, and a fixed one does not grow.
+    let listener = tokio::net::TcpSocket::new_v4().unwrap();
+    listener.set_send_buffer_size(1024).unwrap();
+    listener.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let listener = listener.listen(64).unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(lingo::proxy::serve(
+        listener,
+        config,
+        std::future::pending(),
+    ));
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(1024).unwrap();
+    let mut s = socket.connect(addr).await.unwrap();
+    let body = format!(
+        r#"{{"model":"mock-model","prompt":"a b","max_tokens":{},"ignore_eos":true,"stream":true,"stream_options":{{"include_usage":true}}}}"#,
+        2 * CHUNK
+    );
+    s.write_all(post(&body).as_bytes()).await.unwrap();
+    // Bytes of the first event have come: lingo has all of it and is writing it.
+    let mut buf = Vec::new();
+    while buf.len() < 1024 {
+        tokio::time::timeout(BOUND, fill(&mut s, &mut buf))
+            .await
+            .expect("the first event's start");
+    }
+    mock.state.release();
+    tokio::time::timeout(BOUND, mock.state.wait_for(|st| st.completed == 1))
+        .await
+        .expect("the upstream sent the rest");
+    let read = async {
+        while !buf.ends_with(b"0\r\n\r\n") {
+            fill(&mut s, &mut buf).await;
+        }
+    };
+    tokio::time::timeout(BOUND, read)
+        .await
+        .expect("the whole stream in time, not stalled");
+    let (head, body) = response(&mut s, &mut buf).await;
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    let events = common::sse_events(&String::from_utf8(body).unwrap());
+    let usage = events.iter().rev().find(|e| !e["usage"].is_null()).unwrap();
+    assert_eq!(usage["usage"]["completion_tokens"], 2 * CHUNK);
+    assert_eq!(events.last().unwrap(), "[DONE]");
+}

@@ -56,6 +56,7 @@ pub(super) async fn serve(
     let mut c = Conn {
         io: Arc::new(tcp),
         buf: BytesMut::new(),
+        heads: BytesMut::new(),
         router,
         activity,
         rest: Arc::new(body::Rest::default()),
@@ -128,6 +129,8 @@ struct Conn {
     io: Arc<TcpStream>,
     /// Read and not yet taken: the next head, or the body's start. Empty, it holds no memory.
     buf: BytesMut,
+    /// What each request's head is copied into (`request::parse`).
+    heads: BytesMut,
     router: Front,
     activity: Arc<Activity>,
     rest: Arc<body::Rest>,
@@ -153,7 +156,7 @@ impl Conn {
     async fn next_head(&mut self) -> io::Result<Option<Result<Head, request::Refusal>>> {
         loop {
             if !self.buf.is_empty() {
-                match request::parse(&self.buf) {
+                match request::parse(&self.buf, &mut self.heads) {
                     Ok(Some(head)) => return Ok(Some(Ok(head))),
                     Err(refusal) => return Ok(Some(Err(refusal))),
                     Ok(None) => {}

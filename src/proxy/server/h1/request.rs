@@ -1,7 +1,7 @@
 //! Request heads read from a client (RFC 9112 §2-§6), with the body's framing and whether
 //! the connection stays open after the answer.
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, StatusCode, Uri, Version};
 
 use crate::upstream::h1::framing::{Chunked, Framing};
@@ -45,8 +45,9 @@ pub const TOO_LARGE: Refusal = Refusal {
     why: "the request head is too large",
 };
 
-/// Parse a request head at the start of `buf`: `Ok(None)` until it is all there.
-pub fn parse(buf: &[u8]) -> Result<Option<Head>, Refusal> {
+/// Parse a request head at the start of `buf`: `Ok(None)` until it is all there. The head's
+/// target and header values are slices of one copy of it, cut from `heads` (`copy_head`).
+pub fn parse(buf: &[u8], heads: &mut BytesMut) -> Result<Option<Head>, Refusal> {
     // Uninitialised slots: zeroing 100 of them at every parse (a read may bring part of a
     // head) cost more than the parse.
     let mut slots = [std::mem::MaybeUninit::uninit(); MAX_HEADERS];
@@ -67,12 +68,10 @@ pub fn parse(buf: &[u8]) -> Result<Option<Head>, Refusal> {
     };
     let method = Method::from_bytes(r.method.unwrap_or_default().as_bytes())
         .map_err(|_| bad("the request method is invalid"))?;
-    let uri: Uri = r
-        .path
-        .unwrap_or_default()
-        .parse()
+    let block = copy_head(heads, &buf[..len]);
+    let uri = Uri::from_maybe_shared(within(&block, buf, r.path.unwrap_or_default().as_bytes()))
         .map_err(|_| bad("the request target is invalid"))?;
-    let headers = headers(buf, len, r.headers)?;
+    let headers = headers(&block, buf, r.headers)?;
     let framing = framing(&headers, version)?;
     let connection = |token| {
         headers
@@ -102,19 +101,36 @@ pub fn parse(buf: &[u8]) -> Result<Option<Head>, Refusal> {
     }))
 }
 
-/// The header lines, each value a slice of one copy of the head (not of the read buffer,
-/// which the connection lets go while a stream is served).
-fn headers(buf: &[u8], len: usize, lines: &[httparse::Header<'_>]) -> Result<HeaderMap, Refusal> {
+/// A copy of the head, cut from `heads`: the connection's own buffer for them, not its read
+/// buffer, which the connection lets go while a stream is served. A head's values are
+/// dropped when its handler is done, and the next head then reuses the same memory: no
+/// allocation per request (a copy of its own was two, the second at its first slice).
+fn copy_head(heads: &mut BytesMut, head: &[u8]) -> Bytes {
+    heads.reserve(head.len());
+    heads.extend_from_slice(head);
+    heads.split().freeze()
+}
+
+/// `part` of `buf` as the same bytes of `block`, its copy; a part not in the head (an
+/// empty value) is copied on its own.
+fn within(block: &Bytes, buf: &[u8], part: &[u8]) -> Bytes {
+    match (part.as_ptr() as usize).checked_sub(buf.as_ptr() as usize) {
+        Some(at) if at + part.len() <= block.len() => block.slice(at..at + part.len()),
+        _ => Bytes::copy_from_slice(part),
+    }
+}
+
+/// The header lines, each value a slice of the head's copy.
+fn headers(
+    block: &Bytes,
+    buf: &[u8],
+    lines: &[httparse::Header<'_>],
+) -> Result<HeaderMap, Refusal> {
     // Room for the one header lingo adds (`x-request-id`, when the client sent none): an
     // exact fit grew, rehashing the map, at that insert.
     let mut map = HeaderMap::with_capacity(lines.len() + 1);
-    let block = Bytes::copy_from_slice(&buf[..len]);
-    let base = buf.as_ptr() as usize;
     for h in lines {
-        let value = match (h.value.as_ptr() as usize).checked_sub(base) {
-            Some(at) if at + h.value.len() <= len => block.slice(at..at + h.value.len()),
-            _ => Bytes::copy_from_slice(h.value), // an empty value, not in the head
-        };
+        let value = within(block, buf, h.value);
         let name = HeaderName::from_bytes(h.name.as_bytes())
             .map_err(|_| bad("a header name is invalid"))?;
         let value =
@@ -164,11 +180,15 @@ mod tests {
     use super::*;
 
     fn head(wire: &str) -> Head {
-        parse(wire.as_bytes()).unwrap().expect("complete")
+        parse(wire.as_bytes(), &mut BytesMut::new())
+            .unwrap()
+            .expect("complete")
     }
 
     fn refused(wire: &str) -> StatusCode {
-        parse(wire.as_bytes()).unwrap_err().status
+        parse(wire.as_bytes(), &mut BytesMut::new())
+            .unwrap_err()
+            .status
     }
 
     #[test]
@@ -183,7 +203,34 @@ mod tests {
         let a: Vec<_> = h.request.headers().get_all("x-a").iter().collect();
         assert_eq!(a, ["1", ""]);
         assert_eq!(h.len, wire.len() - 12, "the body is not part of the head");
-        assert!(parse(b"GET / HTTP/1.1\r\nHost: a\r\n").unwrap().is_none());
+        assert!(
+            parse(b"GET / HTTP/1.1\r\nHost: a\r\n", &mut BytesMut::new())
+                .unwrap()
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn a_head_reuses_the_last_ones_copy_once_it_is_dropped_and_never_overwrites_a_kept_one() {
+        let host = |h: &Head| h.request.headers()["host"].as_bytes().as_ptr();
+        let mut heads = BytesMut::new();
+        let first = parse(b"GET /a HTTP/1.1\r\nHost: one\r\n\r\n", &mut heads)
+            .unwrap()
+            .unwrap();
+        let at = host(&first);
+        drop(first);
+        let second = parse(b"GET /b HTTP/1.1\r\nHost: two\r\n\r\n", &mut heads)
+            .unwrap()
+            .unwrap();
+        assert_eq!(host(&second), at, "the same memory, reused");
+        // Kept (as a stream's handler might): the next head goes elsewhere.
+        let third = parse(b"GET /c HTTP/1.1\r\nHost: six\r\n\r\n", &mut heads)
+            .unwrap()
+            .unwrap();
+        assert_eq!(second.request.headers()["host"], "two");
+        assert_eq!(second.request.uri().path(), "/b");
+        assert_eq!(third.request.headers()["host"], "six");
+        assert_eq!(third.request.uri().path(), "/c");
     }
 
     #[test]

@@ -2,6 +2,7 @@
 
 pub mod auth;
 pub mod bench;
+mod blocks;
 pub mod config;
 pub mod dialect;
 pub mod error;

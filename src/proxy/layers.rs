@@ -6,6 +6,7 @@
 //! formats the id into a `String` and stores it again as a request extension that nothing
 //! in lingo reads (the handlers read the header).
 
+use std::cell::RefCell;
 use std::convert::Infallible;
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -14,12 +15,24 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 
 use axum::body::Body;
+use bytes::BytesMut;
 use http::{HeaderName, HeaderValue, Request, Response, StatusCode};
 use tower::{Layer, Service};
+
+use crate::blocks;
 
 const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 static NEXT: AtomicU64 = AtomicU64::new(1);
+
+/// Room for about fifty ids: the block they are cut from (`format_id`).
+const ID_BLOCK: usize = 1 << 10;
+
+thread_local! {
+    /// Where this thread's ids are cut from (`blocks`): an id goes on the request and on its
+    /// answer, and outlives its handler while the answer streams.
+    static IDS: RefCell<BytesMut> = RefCell::new(BytesMut::with_capacity(ID_BLOCK));
+}
 
 /// Ids are a per-process random prefix plus a counter: unique, cheap, and sortable.
 #[derive(Clone, Copy)]
@@ -57,7 +70,8 @@ fn format_id(prefix: u32, n: u64) -> HeaderValue {
     buf[8] = b'-';
     let digits = (64 - n.leading_zeros()).div_ceil(4).max(1) as usize;
     hex(&mut buf[9..9 + digits], n);
-    HeaderValue::from_bytes(&buf[..9 + digits]).expect("hex digits and a dash")
+    HeaderValue::from_maybe_shared(blocks::cut(&IDS, &buf[..9 + digits]))
+        .expect("hex digits and a dash")
 }
 
 /// `v` in lowercase hex, right-aligned and zero-padded to fill `out`.
@@ -214,5 +228,14 @@ mod tests {
         assert_eq!(format_id(u32::MAX, u64::MAX), "ffffffff-ffffffffffffffff");
         assert_eq!(format_id(0, 0), "00000000-0");
         assert_eq!(format_id(7, 0x10), format!("{:08x}-{:x}", 7, 0x10));
+    }
+
+    #[test]
+    fn ids_kept_alive_stay_whole_past_a_block() {
+        // As streams keep theirs: later ids are cut from new blocks (`blocks`).
+        let kept: Vec<_> = (0..200u64).map(|n| (n, format_id(9, n))).collect();
+        for (n, id) in &kept {
+            assert_eq!(id, format!("00000009-{n:x}").as_str());
+        }
     }
 }

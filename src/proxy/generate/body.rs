@@ -2,22 +2,30 @@
 //! every failure typed, so the handler answers in its client's dialect (axum's own `Bytes`
 //! rejections are plain text, and call a slow body a 400).
 
+use std::cell::RefCell;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{FromRequest, Request};
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use futures_util::FutureExt;
 use http::{header, HeaderMap};
 use http_body_util::BodyExt;
 
 use super::AppState;
+use crate::blocks;
 use crate::error::{ProxyError, Timer};
 use crate::gathered::Gathered;
 
 /// Bodies up to this size may share a connection's read buffer (hyper's first read for
 /// HTTP/2, lingo's own for HTTP/1, are up to 8 KiB).
 const SHARED_BODY: usize = 8 << 10;
+
+thread_local! {
+    /// Where small bodies are copied to (`blocks`): each attempt at an endpoint takes a
+    /// clone, and a copy of its own was promoted to shared (an allocation) at the first.
+    static BODIES: RefCell<BytesMut> = RefCell::new(BytesMut::with_capacity(SHARED_BODY));
+}
 
 /// The request's headers (taken from it, not copied) and its body, or why there is none;
 /// the handler turns the error into its dialect's shape.
@@ -120,7 +128,7 @@ async fn collect(
         // read buffer, and lingo keeps the body (for failover) for as long as the answer
         // streams: a copy of its own lets that buffer go (or be reused for the next read)
         // instead of being held, head and all, per in-flight stream.
-        Gathered::One(one) if one.len() <= SHARED_BODY => Bytes::copy_from_slice(&one),
+        Gathered::One(one) if one.len() <= SHARED_BODY => blocks::cut(&BODIES, &one),
         // Pieces joined are lingo's own buffer already.
         got => got.freeze(),
     })

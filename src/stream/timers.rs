@@ -33,8 +33,9 @@ pub struct Timers {
     idle: Duration,
     total: Option<Instant>,
     /// Reused for every wait. Between events it is left where it is when the next deadline
-    /// is later (see `arm_chunk`).
-    sleep: Pin<Box<Sleep>>,
+    /// is later (see `arm_chunk`). Made at the first deadline set: a whole answer without
+    /// `timeouts.total` never sets one (the client bounds its headers itself).
+    sleep: Option<Pin<Box<Sleep>>>,
     /// Where `sleep` is set.
     armed: Instant,
     /// The deadline of the chunk being waited for: `armed` or later.
@@ -64,7 +65,7 @@ impl Timers {
             first_token,
             idle: t.stream_idle,
             total,
-            sleep: Box::pin(tokio::time::sleep_until(now)),
+            sleep: None,
             armed: now,
             due: now,
             expired: drain.expired(),
@@ -107,14 +108,17 @@ impl Timers {
         // it in the runtime's timer wheel each time. A later deadline is left to
         // `poll_fired`, which moves the sleep on when it ends before `due`.
         self.due = deadline;
-        if deadline < self.armed || self.sleep.is_elapsed() {
+        if deadline < self.armed || self.sleep.as_ref().is_none_or(|s| s.is_elapsed()) {
             self.set(deadline);
         }
         Ok(timer)
     }
 
     fn set(&mut self, deadline: Instant) {
-        self.sleep.as_mut().reset(deadline);
+        match &mut self.sleep {
+            Some(sleep) => sleep.as_mut().reset(deadline),
+            None => self.sleep = Some(Box::pin(tokio::time::sleep_until(deadline))),
+        }
         self.armed = deadline;
         self.due = deadline;
     }
@@ -125,7 +129,11 @@ impl Timers {
         cx: &mut std::task::Context<'_>,
         timer: Timer,
     ) -> std::task::Poll<ProxyError> {
-        while self.sleep.as_mut().poll(cx).is_ready() {
+        while self
+            .sleep
+            .as_mut()
+            .is_some_and(|s| s.as_mut().poll(cx).is_ready())
+        {
             if self.armed >= self.due {
                 return std::task::Poll::Ready(ProxyError::Timeout(timer));
             }
@@ -312,7 +320,10 @@ where
             return Poll::Ready(r);
         }
         let timers = this.timers;
-        if timers.total.is_some() && timers.sleep.as_mut().poll(cx).is_ready() {
+        // Armed only with `total` (`guard`).
+        if timers.total.is_some()
+            && (timers.sleep.as_mut()).is_some_and(|s| s.as_mut().poll(cx).is_ready())
+        {
             return Poll::Ready(Err(ProxyError::Timeout(Timer::Total)));
         }
         if Pin::new(&mut timers.expired).poll(cx).is_ready() {

@@ -252,7 +252,8 @@ impl Client {
         headers: &[(HeaderName, HeaderValue)],
         wait: HeaderWait,
     ) -> Result<UpstreamResponse, ProxyError> {
-        let list: Vec<_> = self.outgoing(headers, !body.is_empty()).collect();
+        // Inline: a request has a handful (a `Vec` was an allocation).
+        let list: smallvec::SmallVec<[_; 6]> = self.outgoing(headers, !body.is_empty()).collect();
         let inline = body.len() <= h1::INLINE_BODY;
         let mut wire = Vec::with_capacity(512 + if inline { body.len() } else { 0 });
         h1::encode_head(&mut wire, method, (prefix, path), host, &list, body.len());
@@ -491,10 +492,13 @@ pub fn redact_url(url: &str) -> String {
     format!("{}{masked}{}", &url[..start], &rest[at..])
 }
 
+/// What `forward_headers` gives.
+pub type Forwarded = smallvec::SmallVec<[(HeaderName, HeaderValue); 2]>;
+
 /// The client headers worth forwarding upstream: credentials and the request id. Anthropic's
 /// SDK sends its key as `x-api-key`; OpenAI-style servers (vLLM `--api-key`) read a bearer
-/// token, so that is what it becomes.
-pub fn forward_headers(headers: &HeaderMap) -> Vec<(HeaderName, HeaderValue)> {
+/// token, so that is what it becomes. At most two (inline: a `Vec` was an allocation).
+pub fn forward_headers(headers: &HeaderMap) -> Forwarded {
     // Names as constants: a lookup by `&str` parses the name first, at every request.
     const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
     const X_API_KEY: HeaderName = HeaderName::from_static("x-api-key");
@@ -521,7 +525,7 @@ pub fn forward_headers(headers: &HeaderMap) -> Vec<(HeaderName, HeaderValue)> {
             v.set_sensitive(true);
             v
         });
-    let mut out = Vec::new();
+    let mut out = Forwarded::new();
     if let Some(v) = auth {
         out.push((header::AUTHORIZATION, v.clone()));
     }

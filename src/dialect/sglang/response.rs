@@ -242,12 +242,21 @@ pub(super) fn push_ids(out: &mut Vec<u8>, ids: &[u32], mut after: bool) {
     }
 }
 
+/// An item's keys, numbers and id, without its text and ids.
+const ITEM_ROOM: usize = 320;
+
 pub fn encode(resp: &Response, ctx: &Ctx) -> Vec<u8> {
     let usages = per_choice_usage(resp, ctx);
     // One object for one plain request; a list for a batch or `n` > 1, as SGLang answers.
     let list = ctx.is_multi() || resp.choices.len() != 1;
-    let texts: usize = resp.choices.iter().map(|c| c.text.len()).sum();
-    let mut out = Vec::with_capacity(256 + texts + texts / 4);
+    // Room for what each item holds, escapes in its text, and its ids at up to seven
+    // digits and a comma: sized for the text alone, the buffer grew (a copy) for the ids.
+    let room: usize = resp
+        .choices
+        .iter()
+        .map(|c| ITEM_ROOM + c.text.len() * 5 / 4 + c.token_ids.as_ref().map_or(0, |i| 8 * i.len()))
+        .sum();
+    let mut out = Vec::with_capacity(room);
     if list {
         out.push(b'[');
     }

@@ -130,7 +130,7 @@ fn framing(status: StatusCode, f: &Framers<'_>, head_request: bool) -> Result<Fr
     let Some(first) = f.length else {
         return Ok(Framing::Close);
     };
-    let n = parse_length(first).ok_or("the upstream sent an invalid content-length".to_string())?;
+    let n = parse_length(first).ok_or("the upstream sent an invalid content-length")?;
     if f.lengths_differ {
         return Err("the upstream sent conflicting content-lengths".into());
     }

@@ -45,6 +45,41 @@ const COPY_UP_TO: usize = 16 << 10;
 const HEAD_ROOM: usize = 320;
 /// A body frame's chunk framing (a size line and CRLF), and the last chunk.
 const FRAMING_ROOM: usize = 32;
+/// The largest write buffer kept for the next write (`spare`): what a gather fills.
+const SPARE_UP_TO: usize = GATHER + COPY_UP_TO;
+
+thread_local! {
+    /// A write buffer between writes, for whichever response on this thread writes next.
+    /// Each response's own was an allocation, and a stream's grew (a copy) as its events
+    /// did; a stream waiting for its next event holds none (`gather` takes one only once it
+    /// has bytes), so one buffer serves every stream of the thread but those a slow client
+    /// keeps waiting on their write.
+    static SPARE: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// An empty write buffer with `room`, the thread's spare if it has one.
+fn spare(room: usize) -> Vec<u8> {
+    let mut out = SPARE.take();
+    out.reserve(room);
+    out
+}
+
+/// Room for `n` more bytes in `out`, which is the thread's spare if it had no buffer yet.
+fn room(out: &mut Vec<u8>, n: usize) {
+    match out.capacity() {
+        0 => *out = spare(n),
+        _ => out.reserve(n),
+    }
+}
+
+/// `out`, written, back as the thread's spare (unless it grew too large to keep).
+fn keep_spare(out: &mut Vec<u8>) {
+    let mut out = std::mem::take(out);
+    if out.capacity() <= SPARE_UP_TO {
+        out.clear();
+        SPARE.set(out);
+    }
+}
 
 /// Serve HTTP/1 requests on `tcp` until the client closes, a request asks to close, or
 /// `activity` is asked to close (between requests).
@@ -208,7 +243,7 @@ impl Conn {
         // Room for the head and a body small enough to be copied behind it: one allocation.
         let length = response::length(&parts, &hint);
         let inline = length.filter(|n| *n <= COPY_UP_TO as u64);
-        let mut out = Vec::with_capacity(HEAD_ROOM + inline.unwrap_or(0) as usize);
+        let mut out = spare(HEAD_ROOM + inline.unwrap_or(0) as usize);
         let (framing, keep) = response::encode(&mut out, &parts, length, ask);
         let ended = self.send(out, body, framing).await?;
         drop(busy);
@@ -292,6 +327,7 @@ impl Conn {
     async fn send(&mut self, mut out: Vec<u8>, body: AxumBody, framing: Out) -> io::Result<bool> {
         if framing == Out::Bodiless {
             write_all(&self.io, &[IoSlice::new(&out)]).await?;
+            keep_spare(&mut out);
             return Ok(true);
         }
         let mut body = pin!(body);
@@ -324,7 +360,7 @@ impl Conn {
                 IoSlice::new(tail),
             ];
             let waited = write_all(&self.io, &slices).await?;
-            out.clear();
+            keep_spare(&mut out);
             match step {
                 Gather::More => {}
                 Gather::Waiting => armed = !waited,
@@ -359,12 +395,15 @@ impl Conn {
                         return Poll::Ready(Gather::Abort);
                     }
                     *left = left.saturating_sub(data.len() as u64);
-                    if data.len() <= COPY_UP_TO {
-                        // With room for its framing and the last chunk after it: grown
-                        // for the data alone, `out` grew again (a copy of it all) for the
-                        // five bytes that end a stream read whole.
-                        out.reserve(data.len() + FRAMING_ROOM);
-                    }
+                    // With room for its framing and the last chunk after it: grown for
+                    // the data alone, `out` grew again (a copy of it all) for the five
+                    // bytes that end a stream read whole.
+                    let copied = if data.len() <= COPY_UP_TO {
+                        data.len()
+                    } else {
+                        0
+                    };
+                    room(out, copied + FRAMING_ROOM);
                     if framing == Out::Chunked {
                         response::chunk_size(out, data.len());
                     }
@@ -387,6 +426,7 @@ impl Conn {
                 Poll::Ready(None) => {
                     return Poll::Ready(match framing {
                         Out::Chunked => {
+                            room(out, FRAMING_ROOM);
                             out.extend_from_slice(response::LAST_CHUNK);
                             Gather::End
                         }

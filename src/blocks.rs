@@ -15,11 +15,24 @@ pub(crate) type Blocks = LocalKey<RefCell<BytesMut>>;
 
 /// `data`, cut from this thread's block.
 pub(crate) fn cut(blocks: &'static Blocks, data: &[u8]) -> Bytes {
-    blocks.with_borrow_mut(|b| {
-        b.reserve(data.len());
-        b.extend_from_slice(data);
-        b.split().freeze()
-    })
+    let mut b = open(blocks, data.len());
+    b.extend_from_slice(data);
+    close(blocks, b)
+}
+
+/// The rest of this thread's block, with room for `room` bytes, to write a string into
+/// (then `close`). Until it is back, a string cut meanwhile takes a block of its own.
+pub(crate) fn open(blocks: &'static Blocks, room: usize) -> BytesMut {
+    let mut b = blocks.with_borrow_mut(std::mem::take);
+    b.reserve(room);
+    b
+}
+
+/// What was written into `b` (from `open`) as a string, the rest of the block kept.
+pub(crate) fn close(blocks: &'static Blocks, mut b: BytesMut) -> Bytes {
+    let piece = b.split().freeze();
+    blocks.set(b);
+    piece
 }
 
 #[cfg(test)]

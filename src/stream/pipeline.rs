@@ -3,7 +3,7 @@
 //! Each upstream body chunk is processed as soon as it arrives and whatever it produces is
 //! emitted at once: nothing is held back for a later chunk (the no-buffering invariant).
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::time::Duration;
 
@@ -17,6 +17,7 @@ use http_body_util::BodyExt;
 
 use super::framing::{write_ndjson, write_sse, Frame, FrameParser, Framing};
 use super::timers::Timers;
+use crate::blocks;
 use crate::dialect::{Dialect, StreamDecoder, StreamEncoder};
 use crate::error::{ProxyError, Source};
 use crate::metrics::{Emit, Outcome, Summary};
@@ -134,7 +135,14 @@ thread_local! {
     /// without an await, so no other stream takes them in between.
     static FRAMES: Cell<Vec<Frame>> = const { Cell::new(Vec::new()) };
     static READY: Cell<Vec<Bytes>> = const { Cell::new(Vec::new()) };
+    /// Where a chunk's events are written when they are re-encoded (`blocks`): each
+    /// chunk's own buffer was an allocation an event, and the pieces live only until the
+    /// server copies them out.
+    static ENCODED: RefCell<BytesMut> = RefCell::new(BytesMut::with_capacity(ENCODED_BLOCK));
 }
+
+/// The block `ENCODED` pieces are cut from: many events', a few whole chunks'.
+const ENCODED_BLOCK: usize = 16 << 10;
 
 /// Give an emptied scratch vector back to its thread, unless one chunk made it large: a
 /// thread keeps at most `SCRATCH_KEPT` slots of each.
@@ -291,7 +299,7 @@ impl State {
         let mut out = if raw || verbatim {
             BytesMut::new()
         } else {
-            BytesMut::with_capacity(data.len() + 256)
+            blocks::open(&ENCODED, data.len() + 256)
         };
         let mut tokens = 0u32;
         let mut failure = None;
@@ -331,7 +339,11 @@ impl State {
         if tokens > 0 {
             self.timers.token_seen();
         }
-        let bytes = if raw || verbatim { data } else { out.freeze() };
+        let bytes = if raw || verbatim {
+            data
+        } else {
+            blocks::close(&ENCODED, out)
+        };
         self.emit(bytes, tokens);
         match failure {
             Some(e) => self.fail(e),

@@ -9,6 +9,9 @@ use super::{Finish, TokenLogprob, Usage};
 /// upstream (`4294967295`) must be refused before it sizes a vector (found by fuzzing).
 pub const MAX_CHOICES: u32 = 16_384;
 
+/// A chunk's token ids.
+pub type Ids = smallvec::SmallVec<[u32; 4]>;
+
 /// New output for one choice.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Chunk {
@@ -17,8 +20,9 @@ pub struct Chunk {
     /// up to 24 bytes (nearly every token's text): a stream decodes one chunk per token, and
     /// a `String` here was one malloc and free per event.
     pub text: CompactString,
-    /// The new token ids, when the upstream sends them.
-    pub token_ids: Option<Vec<u32>>,
+    /// The new token ids, when the upstream sends them. Inline up to four (a stream sends
+    /// one or a few an event, and a `Vec` here was a malloc and free per event).
+    pub token_ids: Option<Ids>,
     /// How many tokens this chunk carries, when known (from ids or cumulative counts).
     pub tokens: Option<u32>,
     pub finish: Option<Finish>,

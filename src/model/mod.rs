@@ -8,7 +8,7 @@ mod request;
 mod response;
 mod tally;
 
-pub use event::{Chunk, Event, MAX_CHOICES};
+pub use event::{Chunk, Event, Ids, MAX_CHOICES};
 pub use request::{Message, Prompt, Request, Role, Sampling};
 pub use response::{Choice, Finish, Response, TokenLogprob, Usage};
 pub use tally::Tally;

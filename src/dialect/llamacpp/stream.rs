@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use super::response::{final_json, probabilities, probabilities_from, Measured, ResultWire};
 use crate::dialect::Ctx;
 use crate::error::ProxyError;
-use crate::model::{Choice, Chunk, Event, Tally};
+use crate::model::{Choice, Chunk, Event, Ids, Tally};
 use crate::stream::framing::{is_done_marker, write_sse, Frame};
 
 /// Client side: one partial event per upstream chunk with text, the final event at the end
@@ -113,7 +113,7 @@ impl Decoder {
             // Without ids (the final event, or a partial UTF-8 piece) the running
             // `tokens_predicted` tells how many tokens arrived.
             tokens: ids.as_ref().map(|t| t.len() as u32),
-            token_ids: ids,
+            token_ids: ids.map(Ids::from_vec),
             finish: w.finish(),
             usage: w.usage(),
             logprobs: w.completion_probabilities.clone().map(probabilities_from),

@@ -228,7 +228,7 @@ fn choice<'a>(c: &mut Cursor<'a>, spots: &mut Spots) -> Sure<ChoiceWire<'a>> {
                 seen.first(6)?;
                 c.ws();
                 let start = c.at;
-                ch.token_ids = c.nullable(|c| c.ids())?;
+                ch.token_ids = c.nullable(|c| c.ids())?.map(crate::model::Ids::from_vec);
                 spots.token_ids = ch.token_ids.is_some().then_some(start..c.at);
             }
             "logprobs" => ch.logprobs = seen.first(7).and_then(|()| c.value())?,

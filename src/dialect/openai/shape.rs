@@ -26,7 +26,7 @@ use super::cursor::{plain_run, plain_uint, Cursor, Sure};
 use super::scan::{self, Spots};
 use super::stream::{ChunkWire, DeltaWire};
 use super::wire::{finish_from_wire, UsageWire};
-use crate::model::Chunk;
+use crate::model::{Chunk, Ids};
 
 /// A part of the last event that may change, and where it lay in it.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -55,7 +55,7 @@ pub(super) struct Shape {
 struct Filled<'a> {
     text: &'a str,
     finish: Option<&'static str>,
-    token_ids: Option<Vec<u32>>,
+    token_ids: Option<Ids>,
     usage: Option<UsageWire>,
 }
 
@@ -247,8 +247,8 @@ fn vllm_usage(bytes: &[u8]) -> Sure<(UsageWire, usize)> {
 
 /// A `token_ids` array as serde reads a `Vec<u32>`, in the plainest spelling only (no
 /// spaces, no leading zeros), and the bytes it took; anything else is not sure.
-fn id_list(bytes: &[u8]) -> Sure<(Vec<u32>, usize)> {
-    let mut ids = Vec::new();
+fn id_list(bytes: &[u8]) -> Sure<(Ids, usize)> {
+    let mut ids = Ids::new();
     let mut at = 1;
     (bytes.first() == Some(&b'[')).then_some(())?;
     if bytes.get(at) == Some(&b']') {

@@ -12,7 +12,7 @@ use super::scan;
 use super::shape::Shape;
 use super::wire::{finish_from_wire, UsageWire};
 use crate::error::ProxyError;
-use crate::model::{Chunk, Event, Usage};
+use crate::model::{Chunk, Event, Ids, Usage};
 use crate::stream::framing::{is_done_marker, Frame};
 
 // The strings borrow from the event where they can (no escapes): a stream decodes one of
@@ -40,7 +40,7 @@ pub(super) struct ChoiceWire<'a> {
     pub(super) stop_reason: Option<Value>,
     /// SGLang's OpenAI routes name the matched stop this way.
     pub(super) matched_stop: Option<Value>,
-    pub(super) token_ids: Option<Vec<u32>>,
+    pub(super) token_ids: Option<Ids>,
     pub(super) logprobs: Option<Value>,
 }
 

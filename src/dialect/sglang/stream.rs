@@ -10,7 +10,7 @@ use super::response::{finish_from_json, meta_info, push_ids, MetaInfo};
 use crate::dialect::json::write_str_inner;
 use crate::dialect::Ctx;
 use crate::error::ProxyError;
-use crate::model::{Choice, Chunk, Event, Tally, Usage};
+use crate::model::{Choice, Chunk, Event, Ids, Tally, Usage};
 use crate::stream::framing::{is_done_marker, write_sse, Frame};
 
 /// Client side: one cumulative `data:` chunk per upstream chunk.
@@ -290,7 +290,7 @@ impl Decoder {
         out.push(Event::Chunk(Chunk {
             index: w.index,
             text,
-            token_ids: ids,
+            token_ids: ids.map(Ids::from_vec),
             tokens: tokens.map(|t| t as u32),
             finish: meta
                 .as_ref()
@@ -434,7 +434,7 @@ mod tests {
                 let chunk = Event::Chunk(Chunk {
                     index,
                     text: delta.as_str().into(),
-                    token_ids: new_ids,
+                    token_ids: new_ids.map(Ids::from_vec),
                     tokens: Some(1),
                     ..Chunk::default()
                 });
@@ -508,7 +508,7 @@ mod tests {
         let token = |i: u32| {
             Event::Chunk(Chunk {
                 text: " token".into(),
-                token_ids: Some(vec![100_000 + i]),
+                token_ids: Some(Ids::from_slice(&[100_000 + i])),
                 ..Chunk::default()
             })
         };

@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use super::response::{finish_from_wire, finish_to_wire, token_json, TokenWire};
 use crate::dialect::Ctx;
 use crate::error::ProxyError;
-use crate::model::{Chunk, Event, Finish, Tally, Usage};
+use crate::model::{Chunk, Event, Finish, Ids, Tally, Usage};
 use crate::stream::framing::{is_done_marker, Frame};
 
 /// One SSE event as TGI writes it: `data:` without a space.
@@ -297,7 +297,7 @@ impl Decoder {
             } else {
                 CompactString::from(token.text.as_str())
             },
-            token_ids: Some(vec![token.id]),
+            token_ids: Some(Ids::from_slice(&[token.id])),
             tokens: Some(1),
             finish,
             logprobs: Some(vec![token.logprob_entry(&w.top_tokens)]),

@@ -4,9 +4,10 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll, Waker};
 
+use slab::Slab;
 use tokio::sync::watch;
 
 use super::gate::Gated;
@@ -28,6 +29,24 @@ pub struct Drain {
     /// every event. A load leaves the cache line shared between the workers' cores; the
     /// channel's `borrow` takes its lock, a write to that line from every core.
     now: Arc<AtomicU8>,
+    /// The tasks an `Expiry` waits in, woken when the grace period is over: a set per
+    /// worker thread (`shard`), so the workers take no lock in common per request.
+    sleepers: Arc<[Sleepers; SHARDS]>,
+}
+
+/// Sets of sleepers (workers beyond this share them).
+const SHARDS: usize = 8;
+
+/// Wakers under a lock. Every request waits for the end of the grace period (its timers
+/// do), and a wait on the channel was two allocations, a clone of the receiver and the
+/// channel's own registration per request; here it is an insert and a removal.
+#[derive(Default)]
+struct Sleepers(Mutex<Slab<Waker>>);
+
+impl Sleepers {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Slab<Waker>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 impl Default for Drain {
@@ -37,6 +56,7 @@ impl Default for Drain {
             tx: Arc::new(tx),
             rx,
             now: Arc::new(AtomicU8::new(Phase::Serving as u8)),
+            sleepers: Arc::default(),
         }
     }
 }
@@ -62,6 +82,12 @@ impl Drain {
             }
             later
         });
+        if to == Phase::Expired {
+            // After the store: a wait that registers later finds the phase (`Expiry`).
+            for set in self.sleepers.iter() {
+                set.lock().iter().for_each(|(_, w)| w.wake_by_ref());
+            }
+        }
     }
 
     pub fn is_draining(&self) -> bool {
@@ -78,8 +104,13 @@ impl Drain {
     }
 
     /// Resolves once the grace period is over (never, while serving normally).
-    pub fn expired(&self) -> Reach {
-        self.reach(Phase::Expired)
+    pub fn expired(&self) -> Expiry {
+        Expiry {
+            now: self.now.clone(),
+            sleepers: self.sleepers.clone(),
+            shard: crate::shard::current() as usize % SHARDS,
+            slot: None,
+        }
     }
 
     fn reach(&self, phase: Phase) -> Reach {
@@ -134,6 +165,59 @@ impl Future for Reach {
     }
 }
 
+/// A wait for the end of the grace period (`Drain::expired`).
+pub struct Expiry {
+    now: Arc<AtomicU8>,
+    sleepers: Arc<[Sleepers; SHARDS]>,
+    /// Its set of sleepers: the worker's it was made on.
+    shard: usize,
+    /// Where its waker is, and a copy: a task that polls it again is not registered again.
+    slot: Option<(usize, Waker)>,
+}
+
+impl Expiry {
+    /// Whether the grace period is over (without waiting for it).
+    pub fn reached(&self) -> bool {
+        self.now.load(Ordering::Acquire) == Phase::Expired as u8
+    }
+}
+
+impl Future for Expiry {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = self.get_mut();
+        if this.reached() {
+            return Poll::Ready(());
+        }
+        match &mut this.slot {
+            Some((_, w)) if w.will_wake(cx.waker()) => return Poll::Pending,
+            Some((key, w)) => {
+                w.clone_from(cx.waker());
+                this.sleepers[this.shard].lock()[*key] = w.clone();
+            }
+            None => {
+                let key = this.sleepers[this.shard].lock().insert(cx.waker().clone());
+                this.slot = Some((key, cx.waker().clone()));
+            }
+        }
+        // Read after registering: an expiry that came in between, before the lock was
+        // taken, is seen here; one after it wakes the waker just put in.
+        match this.reached() {
+            true => Poll::Ready(()),
+            false => Poll::Pending,
+        }
+    }
+}
+
+impl Drop for Expiry {
+    fn drop(&mut self) {
+        if let Some((key, _)) = self.slot.take() {
+            self.sleepers[self.shard].lock().remove(key);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -156,20 +240,43 @@ mod tests {
     }
 
     #[test]
-    fn a_wait_past_draining_is_woken_at_each_phase() {
+    fn a_wait_for_the_expiry_is_woken_by_it_alone_and_leaves_no_trace() {
         let d = Drain::default();
         let (count, w) = waker();
         let mut cx = Context::from_waker(&w);
         let mut f = d.expired();
         assert!(Pin::new(&mut f).poll(&mut cx).is_pending());
         assert!(Pin::new(&mut f).poll(&mut cx).is_pending());
+        assert_eq!(d.sleepers[0].lock().len(), 1, "registered once");
         d.start();
-        assert_eq!(woken(&count), 1);
-        // Draining is not the end of the grace: it waits again, and must be woken again.
+        assert_eq!(woken(&count), 0, "draining is not the end of the grace");
         assert!(Pin::new(&mut f).poll(&mut cx).is_pending());
+        // A wait dropped before the expiry takes its waker with it.
+        let mut gone = d.expired();
+        assert!(Pin::new(&mut gone).poll(&mut cx).is_pending());
+        drop(gone);
+        assert_eq!(d.sleepers[0].lock().len(), 1);
         d.expire();
-        assert_eq!(woken(&count), 2);
+        assert_eq!(woken(&count), 1);
         assert!(Pin::new(&mut f).poll(&mut cx).is_ready());
+        drop(f);
+        assert!(d.sleepers[0].lock().is_empty());
+    }
+
+    #[test]
+    fn an_expiry_wait_polled_by_another_task_wakes_that_one() {
+        let d = Drain::default();
+        let (first, w1) = waker();
+        let (second, w2) = waker();
+        let mut f = d.expired();
+        assert!(Pin::new(&mut f)
+            .poll(&mut Context::from_waker(&w1))
+            .is_pending());
+        assert!(Pin::new(&mut f)
+            .poll(&mut Context::from_waker(&w2))
+            .is_pending());
+        d.expire();
+        assert_eq!((woken(&first), woken(&second)), (0, 1));
     }
 
     #[test]

@@ -16,7 +16,7 @@ use tokio::time::{Instant, Sleep};
 
 use crate::config::Timeouts;
 use crate::error::{ProxyError, Timer};
-use crate::proxy::drain::{Drain, Reach};
+use crate::proxy::drain::{Drain, Expiry};
 
 /// The headers' deadline and the timer that owns it (for `Client::post_json_until`).
 #[derive(Debug, Clone, Copy)]
@@ -41,7 +41,7 @@ pub struct Timers {
     /// The deadline of the chunk being waited for: `armed` or later.
     due: Instant,
     /// `drain.expired()`, made once (it says Ready again if polled after it resolved).
-    expired: Reach,
+    expired: Expiry,
 }
 
 impl Timers {

@@ -12,17 +12,9 @@
 # Talks to 127.0.0.1 only; bounded by N and the client's timeouts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib/serial.sh
 MODE=${MODE:-nonstream} N=${N:-500} TOKENS=${TOKENS:-16} TOP=${TOP:-40}
-TARGET=${CARGO_TARGET_DIR:-target}
-LINGO=${LINGO:-$TARGET/release/lingo}
-[[ -x "$LINGO" ]] || cargo build --release --quiet --bin lingo
-command -v valgrind >/dev/null || { echo "valgrind is not installed" >&2; exit 1; }
-OUT=${OUT:-$(mktemp -d)}
-mkdir -p "$OUT"
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
-trap cleanup EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
+serial_setup
 
 LPORT=$(free_port)
 : >"$OUT/mock.urls"
@@ -36,30 +28,9 @@ LINGO_LOG=warn valgrind --tool=dhat --dhat-out-file="$OUT/dhat.json" \
   "$LINGO" serve --listen "127.0.0.1:$LPORT" --config "$OUT/lingo.toml" --workers 1 >"$OUT/proxy.log" 2>&1 &
 VG=$!
 pids+=($VG)
-case $MODE in
-  nonstream) P=/v1/completions BODY="{\"model\":\"mock-model\",\"prompt\":\"a b c d\",\"max_tokens\":$TOKENS,\"ignore_eos\":true}" ;;
-  stream) P=/v1/completions BODY="{\"model\":\"mock-model\",\"prompt\":\"a b c d\",\"max_tokens\":$TOKENS,\"ignore_eos\":true,\"stream\":true}" ;;
-  sglang) P=/generate BODY="{\"text\":\"a b c d\",\"sampling_params\":{\"max_new_tokens\":$TOKENS,\"ignore_eos\":true}}" ;;
-  sglang-stream) P=/generate BODY="{\"text\":\"a b c d\",\"sampling_params\":{\"max_new_tokens\":$TOKENS,\"ignore_eos\":true},\"stream\":true}" ;;
-  *) echo "MODE: nonstream, stream, sglang or sglang-stream" >&2; exit 2 ;;
-esac
-# Ready when a request is proxied (valgrind starts lingo slowly).
-for _ in $(seq 1 600); do
-  [ "$(curl -s -m 5 -o /dev/null -w '%{http_code}' -H 'Content-Type: application/json' \
-      -d "$BODY" "http://127.0.0.1:$LPORT$P")" = 200 ] && break
-  sleep 0.1
-done
-python3 - "$LPORT" "$P" "$BODY" "$N" <<'PY'
-import http.client, sys
-port, path, body, n = int(sys.argv[1]), sys.argv[2], sys.argv[3].encode(), int(sys.argv[4])
-c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-for _ in range(n):
-    c.request("POST", path, body, {"Content-Type": "application/json"})
-    r = c.getresponse()
-    r.read()
-    if r.status != 200:
-        sys.exit(f"status {r.status}")
-PY
+serial_request
+serial_ready "$LPORT"
+serial_drive "$LPORT" "$N"
 # DHAT writes its profile as the proxy exits.
 kill "$VG"; wait "$VG" 2>/dev/null || true
 python3 - "$OUT/dhat.json" "$N" "$TOP" "$MODE" <<'PY'

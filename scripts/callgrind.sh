@@ -22,18 +22,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/nginx.sh
+. scripts/lib/serial.sh
 MODE=${MODE:-nonstream} N=${N:-2000} WARM=${WARM:-300} TOKENS=${TOKENS:-16} LOAD_POLL=${LOAD_POLL:-1}
 REPLICAS=${REPLICAS:-1} TTFT=${TTFT:-0s} ITL=${ITL:-0s} PROXY=${PROXY:-lingo}
-TARGET=${CARGO_TARGET_DIR:-target}
-LINGO=${LINGO:-$TARGET/release/lingo}
-[[ -x "$LINGO" ]] || cargo build --release --quiet --bin lingo
-command -v valgrind >/dev/null || { echo "valgrind is not installed" >&2; exit 1; }
-OUT=${OUT:-$(mktemp -d)}
-mkdir -p "$OUT"
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
-trap cleanup EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
+serial_setup
 
 LPORT=$(free_port)
 : >"$OUT/mock.urls"
@@ -64,37 +56,12 @@ else
 fi
 pids+=($VG)
 
-case $MODE in
-  nonstream) P=/v1/completions BODY="{\"model\":\"mock-model\",\"prompt\":\"a b c d\",\"max_tokens\":$TOKENS,\"ignore_eos\":true}" ;;
-  stream) P=/v1/completions BODY="{\"model\":\"mock-model\",\"prompt\":\"a b c d\",\"max_tokens\":$TOKENS,\"ignore_eos\":true,\"stream\":true}" ;;
-  sglang) P=/generate BODY="{\"text\":\"a b c d\",\"sampling_params\":{\"max_new_tokens\":$TOKENS,\"ignore_eos\":true}}" ;;
-  sglang-stream) P=/generate BODY="{\"text\":\"a b c d\",\"sampling_params\":{\"max_new_tokens\":$TOKENS,\"ignore_eos\":true},\"stream\":true}" ;;
-  *) echo "MODE: nonstream, stream, sglang or sglang-stream" >&2; exit 2 ;;
-esac
+serial_request
+serial_ready "$LPORT"
 
-# Ready when a request is proxied (valgrind starts lingo slowly).
-for _ in $(seq 1 600); do
-  [ "$(curl -s -m 5 -o /dev/null -w '%{http_code}' -H 'Content-Type: application/json' \
-      -d "$BODY" "http://127.0.0.1:$LPORT$P")" = 200 ] && break
-  sleep 0.1
-done
-
-drive() { # count: sequential requests on one keep-alive connection, each checked
-  python3 - "$LPORT" "$P" "$BODY" "$1" <<'PY'
-import http.client, sys
-port, path, body, n = int(sys.argv[1]), sys.argv[2], sys.argv[3].encode(), int(sys.argv[4])
-c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-for _ in range(n):
-    c.request("POST", path, body, {"Content-Type": "application/json"})
-    r = c.getresponse()
-    r.read()
-    if r.status != 200:
-        sys.exit(f"status {r.status}")
-PY
-}
-drive "$WARM"
+serial_drive "$LPORT" "$WARM"
 callgrind_control -i on "$VG" >/dev/null 2>&1
-drive "$N"
+serial_drive "$LPORT" "$N"
 callgrind_control -i off "$VG" >/dev/null 2>&1
 # Instrumentation off: the profile valgrind writes as the proxy exits holds the N requests only.
 kill "$VG"; wait "$VG" 2>/dev/null || true

@@ -263,36 +263,26 @@ mod tests {
         assert!(d.sleepers[0].lock().is_empty());
     }
 
-    #[test]
-    fn an_expiry_wait_polled_by_another_task_wakes_that_one() {
-        let d = Drain::default();
+    /// Polled by one task and then another, `f` wakes only the last when `fire` comes.
+    fn wakes_its_last_poller(mut f: impl Future<Output = ()> + Unpin, fire: impl FnOnce()) {
         let (first, w1) = waker();
         let (second, w2) = waker();
-        let mut f = d.expired();
         assert!(Pin::new(&mut f)
             .poll(&mut Context::from_waker(&w1))
             .is_pending());
         assert!(Pin::new(&mut f)
             .poll(&mut Context::from_waker(&w2))
             .is_pending());
-        d.expire();
+        fire();
         assert_eq!((woken(&first), woken(&second)), (0, 1));
     }
 
     #[test]
     fn a_wait_polled_by_another_task_wakes_that_one() {
         let d = Drain::default();
-        let (first, w1) = waker();
-        let (second, w2) = waker();
-        let mut f = d.draining();
-        assert!(Pin::new(&mut f)
-            .poll(&mut Context::from_waker(&w1))
-            .is_pending());
-        assert!(Pin::new(&mut f)
-            .poll(&mut Context::from_waker(&w2))
-            .is_pending());
-        d.start();
-        assert_eq!((woken(&first), woken(&second)), (0, 1));
+        wakes_its_last_poller(d.draining(), || d.start());
+        let d = Drain::default();
+        wakes_its_last_poller(d.expired(), || d.expire());
     }
 
     #[tokio::test]

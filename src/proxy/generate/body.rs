@@ -21,10 +21,16 @@ use crate::gathered::Gathered;
 /// HTTP/2, lingo's own for HTTP/1, are up to 8 KiB).
 const SHARED_BODY: usize = 8 << 10;
 
+/// Bodies up to this size are cut from the thread's block (`BODIES`), larger ones copied on
+/// their own. A stream keeps its body, and with it a share of the block it was cut from: a
+/// long stream among short requests may keep a whole block alone, so blocks stay small.
+const BLOCK_BODY: usize = 1 << 10;
+const BODY_BLOCK: usize = 4 << 10;
+
 thread_local! {
     /// Where small bodies are copied to (`blocks`): each attempt at an endpoint takes a
     /// clone, and a copy of its own was promoted to shared (an allocation) at the first.
-    static BODIES: RefCell<BytesMut> = RefCell::new(BytesMut::with_capacity(SHARED_BODY));
+    static BODIES: RefCell<BytesMut> = RefCell::new(BytesMut::with_capacity(BODY_BLOCK));
 }
 
 /// The request's headers (taken from it, not copied) and its body, or why there is none;
@@ -128,7 +134,8 @@ async fn collect(
         // read buffer, and lingo keeps the body (for failover) for as long as the answer
         // streams: a copy of its own lets that buffer go (or be reused for the next read)
         // instead of being held, head and all, per in-flight stream.
-        Gathered::One(one) if one.len() <= SHARED_BODY => blocks::cut(&BODIES, &one),
+        Gathered::One(one) if one.len() <= BLOCK_BODY => blocks::cut(&BODIES, &one),
+        Gathered::One(one) if one.len() <= SHARED_BODY => Bytes::copy_from_slice(&one),
         // Pieces joined are lingo's own buffer already.
         got => got.freeze(),
     })

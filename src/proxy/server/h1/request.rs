@@ -12,6 +12,8 @@ use crate::upstream::h1::{has_token, parse_length, trim};
 pub const MAX_HEAD: usize = 64 << 10;
 /// Header lines a request head may have (hyper's default, as before).
 const MAX_HEADERS: usize = 100;
+/// The largest head copied into the connection's buffer for heads (`copy_head`).
+const HEADS_KEPT: usize = 4 << 10;
 
 /// A parsed request head.
 #[derive(Debug)]
@@ -106,6 +108,11 @@ pub fn parse(buf: &[u8], heads: &mut BytesMut) -> Result<Option<Head>, Refusal> 
 /// dropped when its handler is done, and the next head then reuses the same memory: no
 /// allocation per request (a copy of its own was two, the second at its first slice).
 fn copy_head(heads: &mut BytesMut, head: &[u8]) -> Bytes {
+    // The buffer stays with the connection: a head past a few KiB is copied on its own
+    // rather than grow it for the connection's life.
+    if head.len() > HEADS_KEPT {
+        return Bytes::copy_from_slice(head);
+    }
     heads.reserve(head.len());
     heads.extend_from_slice(head);
     heads.split().freeze()
@@ -231,6 +238,16 @@ mod tests {
         assert_eq!(second.request.uri().path(), "/b");
         assert_eq!(third.request.headers()["host"], "six");
         assert_eq!(third.request.uri().path(), "/c");
+    }
+
+    #[test]
+    fn a_large_head_is_copied_on_its_own_not_into_the_buffer_the_connection_keeps() {
+        let mut heads = BytesMut::new();
+        let big = "v".repeat(2 * HEADS_KEPT);
+        let wire = format!("GET / HTTP/1.1\r\nX-Big: {big}\r\n\r\n");
+        let h = parse(wire.as_bytes(), &mut heads).unwrap().unwrap();
+        assert_eq!(h.request.headers()["x-big"], big.as_str());
+        assert!(heads.capacity() < HEADS_KEPT, "{}", heads.capacity());
     }
 
     #[test]

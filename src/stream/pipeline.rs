@@ -135,9 +135,9 @@ thread_local! {
     /// without an await, so no other stream takes them in between.
     static FRAMES: Cell<Vec<Frame>> = const { Cell::new(Vec::new()) };
     static READY: Cell<Vec<Bytes>> = const { Cell::new(Vec::new()) };
-    /// Where a chunk's events are written when they are re-encoded (`blocks`): each
-    /// chunk's own buffer was an allocation an event, and the pieces live only until the
-    /// server copies them out.
+    /// Where a chunk's events are written when they are re-encoded, and chunks read
+    /// together are joined (`blocks`): each one's own buffer was an allocation, and the
+    /// pieces live only until the server copies them out.
     static ENCODED: RefCell<BytesMut> = RefCell::new(BytesMut::with_capacity(ENCODED_BLOCK));
 }
 
@@ -265,12 +265,13 @@ impl State {
         let joined = match ready.len() {
             1 => ready.pop().unwrap_or_default(),
             _ => {
-                // One allocation of the final size, one copy of each piece.
-                let mut out = BytesMut::with_capacity(total);
+                // One copy of each piece, into the thread's block (`ENCODED`): a buffer of
+                // its own was an allocation, and a second at its first clone (the parser's).
+                let mut out = blocks::open(&ENCODED, total);
                 for piece in ready.drain(..) {
                     out.extend_from_slice(&piece);
                 }
-                out.freeze()
+                blocks::close(&ENCODED, out)
             }
         };
         keep(&READY, ready);

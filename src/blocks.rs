@@ -15,9 +15,14 @@ pub(crate) type Blocks = LocalKey<RefCell<BytesMut>>;
 
 /// `data`, cut from this thread's block.
 pub(crate) fn cut(blocks: &'static Blocks, data: &[u8]) -> Bytes {
-    let mut b = open(blocks, data.len());
+    blocks.with_borrow_mut(|b| cut_from(b, data))
+}
+
+/// `data`, cut from `b`, a block its owner keeps (a connection's for its request heads).
+pub(crate) fn cut_from(b: &mut BytesMut, data: &[u8]) -> Bytes {
+    b.reserve(data.len());
     b.extend_from_slice(data);
-    close(blocks, b)
+    b.split().freeze()
 }
 
 /// The rest of this thread's block, with room for `room` bytes, to write a string into

@@ -322,7 +322,10 @@ where
         let timers = this.timers;
         // Armed only with `total` (`guard`).
         if timers.total.is_some()
-            && (timers.sleep.as_mut()).is_some_and(|s| s.as_mut().poll(cx).is_ready())
+            && timers
+                .sleep
+                .as_mut()
+                .is_some_and(|s| s.as_mut().poll(cx).is_ready())
         {
             return Poll::Ready(Err(ProxyError::Timeout(Timer::Total)));
         }

@@ -107,13 +107,13 @@ impl Decoder {
             });
             return Ok(());
         }
-        let ids = w.tokens.clone().filter(|t| !t.is_empty());
+        let ids = w.tokens.as_deref().filter(|t| !t.is_empty());
         out.push(Event::Chunk(Chunk {
             index: w.index,
             // Without ids (the final event, or a partial UTF-8 piece) the running
             // `tokens_predicted` tells how many tokens arrived.
             tokens: ids.as_ref().map(|t| t.len() as u32),
-            token_ids: ids.map(Ids::from_vec),
+            token_ids: ids.map(Ids::from_slice),
             finish: w.finish(),
             usage: w.usage(),
             logprobs: w.completion_probabilities.clone().map(probabilities_from),

@@ -276,7 +276,7 @@ impl Decoder {
         };
         seen.text_len = seen.text_len.max(w.text.len());
         let ids = w.output_ids.map(|ids| {
-            let new = ids.get(seen.ids_len..).unwrap_or_default().to_vec();
+            let new = Ids::from_slice(ids.get(seen.ids_len..).unwrap_or_default());
             seen.ids_len = seen.ids_len.max(ids.len());
             new
         });
@@ -290,7 +290,7 @@ impl Decoder {
         out.push(Event::Chunk(Chunk {
             index: w.index,
             text,
-            token_ids: ids.map(Ids::from_vec),
+            token_ids: ids,
             tokens: tokens.map(|t| t as u32),
             finish: meta
                 .as_ref()

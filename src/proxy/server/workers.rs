@@ -3,9 +3,10 @@
 //! listening socket when it is not in a group (a listener handed in, as tests do). A
 //! connection, its requests and their upstream connections stay on one thread: no work
 //! stealing, no wake-ups from another core. On tokio's shared runtime the same build spent
-//! about a third more user time per request (README, Performance). Shared across the workers: the state (metrics, pools, health,
-//! the drain) and the connection cap. Background work (health checks, discovery, the
-//! metrics port) stays on tokio's runtime, which runs the drain's clock here too.
+//! about a third more user time per request (README, Performance). Shared across the
+//! workers: the state (metrics, pools, health, the drain) and the connection cap. Background
+//! work (health checks, discovery, the metrics port) stays on tokio's runtime, which runs
+//! the drain's clock here too.
 //!
 //! Supervision is fail-fast, as a process supervisor expects: the workers' runtimes are all
 //! built before any accepts (or `run` fails at once), and a worker that stops before the

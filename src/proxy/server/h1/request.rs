@@ -113,9 +113,7 @@ fn copy_head(heads: &mut BytesMut, head: &[u8]) -> Bytes {
     if head.len() > HEADS_KEPT {
         return Bytes::copy_from_slice(head);
     }
-    heads.reserve(head.len());
-    heads.extend_from_slice(head);
-    heads.split().freeze()
+    crate::blocks::cut_from(heads, head)
 }
 
 /// `part` of `buf` as the same bytes of `block`, its copy; a part not in the head (an

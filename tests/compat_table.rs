@@ -503,3 +503,81 @@ async fn docs_table_matches_what_lingo_does() {
         "docs/dialects.md is out of date: run LINGO_BLESS=1 cargo test --test compat_table\n{generated}"
     );
 }
+
+/// The doc's cell for `field` of the client titled `title`, in `kind`'s column.
+fn doc_cell<'a>(doc: &'a str, title: &str, kind: &str, field: &str) -> Option<&'a str> {
+    let section = doc.split(&format!("### {title}\n")).nth(1)?;
+    let mut lines = section.lines().filter(|l| l.starts_with('|'));
+    let header: Vec<&str> = lines.next()?.split('|').map(str::trim).collect();
+    let col = header.iter().position(|h| *h == kind)?;
+    lines
+        .map(|l| l.split('|').map(str::trim).collect::<Vec<_>>())
+        .find(|cells| cells.get(1) == Some(&format!("`{field}`").as_str()))
+        .and_then(|cells| cells.get(col).copied())
+}
+
+/// What a real server behind lingo made of one field: `ok`, `✗` (refused, the field named) or
+/// `✗ (status)`. A real server's refusals cannot be told from lingo's by its state, as the
+/// mock's can; the table's `✗ upstream` stands for either.
+async fn real_outcome(base: &str, path: &str, body: &Value, name: &str) -> String {
+    let resp = post_json(&format!("{base}{path}"), body).await;
+    let status = resp.status().as_u16();
+    let text = resp.text().await.unwrap();
+    let in_band = status == 200 && text.contains("\"error");
+    match status {
+        200 if !in_band => "ok".into(),
+        _ if text.contains(key(name)) => "✗".into(),
+        _ => format!(
+            "✗ ({status}: {})",
+            text.chars().take(160).collect::<String>()
+        ),
+    }
+}
+
+/// Every field of every client through lingo to a real server (`LINGO_COMPAT_UPSTREAM`, its kind
+/// `LINGO_COMPAT_KIND`, serving `LINGO_COMPAT_MODEL`, which the tables' `mock-model` is
+/// aliased to), each outcome held against the table's column for that kind: the mocks the
+/// table is made from are not the truth. `scripts/check-vllm.sh` runs it against vLLM.
+#[tokio::test]
+#[ignore = "needs a real server: LINGO_COMPAT_UPSTREAM, LINGO_COMPAT_KIND, LINGO_COMPAT_MODEL"]
+async fn a_real_server_agrees_with_the_table() {
+    let var = |k: &str| std::env::var(k).unwrap_or_else(|_| panic!("{k} is not set"));
+    let (url, kind, model) = (
+        var("LINGO_COMPAT_UPSTREAM"),
+        var("LINGO_COMPAT_KIND"),
+        var("LINGO_COMPAT_MODEL"),
+    );
+    let mut config = config_for(&url, kind.parse::<lingo::upstream::KindSetting>().unwrap());
+    config.models.insert("mock-model".into(), model);
+    let base = lingo(config).await;
+    let doc = std::fs::read_to_string(format!("{}/docs/dialects.md", env!("CARGO_MANIFEST_DIR")))
+        .unwrap();
+    let (mut checked, mut differ) = (0, Vec::new());
+    for c in CLIENTS {
+        for (name, patch) in (c.fields)() {
+            let mut body = (c.base)();
+            merge(&mut body, &patch);
+            let want = doc_cell(&doc, c.title, &kind, name).expect("a cell for every field");
+            let got = real_outcome(&base, c.path, &body, name).await;
+            let agree = match want {
+                "pass" | "✓" => got == "ok",
+                _ => got != "ok",
+            };
+            println!(
+                "{} {} `{name}`: table {want}, {kind} {got}",
+                if agree { "ok  " } else { "DIFF" },
+                c.title
+            );
+            checked += 1;
+            if !agree {
+                differ.push(format!("{} `{name}`: table {want}, {kind} {got}", c.title));
+            }
+        }
+    }
+    assert!(
+        differ.is_empty(),
+        "{} of {checked} fields differ from the table:\n{}",
+        differ.len(),
+        differ.join("\n")
+    );
+}

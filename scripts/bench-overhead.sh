@@ -3,8 +3,10 @@
 #
 # 1. A realistic mock (TTFT 20 ms, 5 ms per token, 64 tokens), streaming, concurrency 1 and 64:
 #    the mock directly, then through lingo in passthrough (OpenAI completions) and in
-#    translation (SGLang /generate -> vLLM /v1/completions). Reports throughput ratios and the
-#    added TTFT p50. Goals: >= 0.97 of direct throughput, < 0.3 ms added TTFT p50.
+#    translation (SGLang /generate -> vLLM /v1/completions), and through nginx (two workers,
+#    bench-peers.sh's settings) where it is installed, the yardstick for what a proxy hop adds
+#    on this machine. Reports throughput ratios and the added TTFT p50. Goals: >= 0.97 of
+#    direct throughput, < 0.3 ms added TTFT p50.
 # 2. An instant mock (no delays, 16 tokens), concurrency 32, streaming and not, load from wrk:
 #    lingo against nginx (proxy_buffering off) in front of the same mock. Goals: lingo's
 #    requests/s >= 1.0x nginx's in passthrough and >= 0.9x in translation.
@@ -45,15 +47,24 @@ echo "## 1. Realistic mock: TTFT 20 ms, 5 ms/token, 64 tokens, streaming"
 M=$(free_port); L=$(free_port)
 start_mock "$M" 20ms 5ms
 start_lingo "$L" "$M"
+RUNS=(direct pass trans)
+if command -v nginx >/dev/null; then
+  N1=$(free_port)
+  nginx_conf "$WORK/nginx1" "$N1" 2 "127.0.0.1:$M"
+  nginx -c "$WORK/nginx1/nginx.conf" -g 'daemon off;' & PIDS+=($!)
+  wait_http "http://127.0.0.1:$N1/health"
+  RUNS+=(nginx)
+fi
 printf '%-5s %-26s %12s %10s %14s %16s\n' C path "tok/s" "ratio" "TTFT p50 ms" "added p50 ms"
 for c in 1 64; do
   bench "http://127.0.0.1:$M" openai-completions "$c" "$WORK/direct.json"
   bench "http://127.0.0.1:$L" openai-completions "$c" "$WORK/pass.json"
   bench "http://127.0.0.1:$L" sglang "$c" "$WORK/trans.json"
+  [ -n "${N1:-}" ] && bench "http://127.0.0.1:$N1" openai-completions "$c" "$WORK/nginx.json"
   d_tps=$(field "$WORK/direct.json" agg_tok_s); d_ttft=$(field "$WORK/direct.json" ttft_p50)
-  for run in direct pass trans; do
+  for run in "${RUNS[@]}"; do
     tps=$(field "$WORK/$run.json" agg_tok_s); ttft=$(field "$WORK/$run.json" ttft_p50)
-    name=$(case $run in direct) echo "mock directly";; pass) echo "lingo passthrough";; trans) echo "lingo SGLang->OpenAI";; esac)
+    name=$(case $run in direct) echo "mock directly";; pass) echo "lingo passthrough";; trans) echo "lingo SGLang->OpenAI";; nginx) echo "nginx (the yardstick)";; esac)
     python3 - "$c" "$name" "$tps" "$d_tps" "$ttft" "$d_ttft" <<'PY'
 import sys
 c, name, tps, dtps, ttft, dttft = sys.argv[1], sys.argv[2], *map(float, sys.argv[3:])

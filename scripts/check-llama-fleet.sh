@@ -17,7 +17,7 @@ if [[ ! -x "$LLAMA_HOME/llama-server" ]]; then
 fi
 LINGO=${LINGO:-${CARGO_TARGET_DIR:-target}/debug/lingo}
 [[ -x "$LINGO" ]] || cargo build --quiet --bin lingo
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+. scripts/lib/real.sh
 A=$(free_port); B=$(free_port); P=$(free_port)
 LOGS=$(mktemp -d)
 pids=()
@@ -50,97 +50,43 @@ for _ in $(seq 100); do curl -sf "$PX/health" >/dev/null 2>&1 && break; sleep 0.
 
 rc=0
 python3 - "$PX" "http://127.0.0.1:$A" "http://127.0.0.1:$B" "$PB" "$LLAMA_HOME" <<'PY' || rc=1
-import json, os, signal, subprocess, sys, time, urllib.request
+import json, sys
+from realcheck import Checks, call, failover_checks, fleet, metric
 
 PX, UA, UB, PID_B, home = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
-failures, passes = [], [0]
+check = Checks()
+predicted = lambda base: metric(base, "llamacpp:tokens_predicted_total")
 
-def call(base, path, body=None):
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(base + path, data=data, headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=120) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
-
-def check(what, ok, detail=""):
-    print(("ok   " if ok else "FAIL ") + what + ("" if ok else f": {detail}"))
-    (passes.__setitem__(0, passes[0] + 1) if ok else failures.append(what))
-
-def metric(text, name, **labels):
-    total = 0.0
-    for line in text.splitlines():
-        if not line.startswith(name + "{") and not line.startswith(name + " "):
-            continue
-        if all(f'{k}="{v}"' in line for k, v in labels.items()):
-            total += float(line.split()[-1])
-    return total
-
-def predicted(base):
-    return metric(call(base, "/metrics")[1], "llamacpp:tokens_predicted_total")
-
-def fleet():
-    return json.loads(call(PX, "/fleet")[1])["pools"][0]["endpoints"]
-
-kinds = [e["kind"] for e in fleet()]
+kinds = [e["kind"] for e in fleet(PX)]
 check("both endpoints detected as llama.cpp", kinds == ["llamacpp", "llamacpp"], kinds)
 
 before = predicted(UA) + predicted(UB)
-lingo_before = metric(call(PX, "/metrics")[1], "lingo_generation_tokens_total")
+lingo_before = metric(PX, "lingo_generation_tokens_total")
 ok = 0
 for i in range(8):
-    s, t = call(PX, "/generate", {"text": f"Count to {i}:", "sampling_params": {"max_new_tokens": 8}})
+    s, _, t = call(PX, "/generate", {"text": f"Count to {i}:", "sampling_params": {"max_new_tokens": 8}})
     ok += s == 200 and "meta_info" in t
-    s, t = call(PX, "/v1/completions", {"model": "gemma3-270m", "prompt": f"Item {i}:", "max_tokens": 8})
+    s, _, t = call(PX, "/v1/completions", {"model": "gemma3-270m", "prompt": f"Item {i}:", "max_tokens": 8})
     ok += s == 200 and json.loads(t)["usage"]["completion_tokens"] > 0
 check("16 requests in two dialects all succeed", ok == 16, ok)
-served = [predicted(UA), predicted(UB)]
-after = sum(served)
-lingo_after = metric(call(PX, "/metrics")[1], "lingo_generation_tokens_total")
+after = predicted(UA) + predicted(UB)
+lingo_after = metric(PX, "lingo_generation_tokens_total")
 check("lingo's token count equals the two servers' own", lingo_after - lingo_before == after - before,
       (lingo_after - lingo_before, after - before))
-per = [e["requests"] for e in fleet()]
+per = [e["requests"] for e in fleet(PX)]
 check("round robin spread the requests over both servers", per[0] >= 8 and per[1] >= 8, per)
 
-# One server dies: every request still succeeds, it is ejected, the pool stays healthy.
-os.kill(PID_B, signal.SIGKILL)
-ok = 0
-for i in range(10):
-    s, _ = call(PX, "/v1/completions", {"model": "gemma3-270m", "prompt": f"After {i}:", "max_tokens": 4})
-    ok += s == 200
-check("with one server killed, all 10 requests succeed", ok == 10, ok)
-# A refused connect, or a reset on a kept-alive connection the server died holding (which of
-# the two depends on whether lingo's pool saw the close before it reused the connection).
-text = call(PX, "/metrics")[1]
-retries = sum(metric(text, "lingo_endpoint_retries_total", reason=r) for r in ("connect", "reset"))
-check("the failures were failed over (connect or reset)", retries >= 1, retries)
-state = [e["state"] for e in fleet()]
-check("the dead server is out, the live one healthy", state[1] != "healthy" and state[0] == "healthy", state)
-check("/health stays 200 (the pool has a healthy endpoint)", call(PX, "/health")[0] == 200)
-
-# It comes back on its port: a probe brings it in and it takes requests again.
+# One server dies: every request still succeeds, it is ejected, the pool stays healthy; it
+# comes back on its port, a probe brings it in and it takes requests again.
 port = UB.rsplit(":", 1)[1]
-proc = subprocess.Popen([f"{home}/llama-server", "-m", f"{home}/model.gguf", "--host", "127.0.0.1",
-                         "--port", port, "-c", "1024", "-np", "2", "-t", "1", "--alias", "gemma3-270m",
-                         "--metrics", "--no-webui"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-try:
-    back = False
-    for _ in range(240):
-        if fleet()[1]["state"] == "healthy":
-            back = True
-            break
-        time.sleep(0.5)
-    check("the restarted server is healthy again", back, fleet()[1])
-    before_b = fleet()[1]["requests"]
-    for i in range(6):
-        call(PX, "/v1/completions", {"model": "gemma3-270m", "prompt": f"Back {i}:", "max_tokens": 4})
-    check("and takes requests", fleet()[1]["requests"] > before_b, fleet()[1])
-finally:
-    proc.kill()
-
-print(f"\n{passes[0]} passed, {len(failures)} failed" + (": " + ", ".join(failures) if failures else ""))
-sys.exit(1 if failures else 0)
+failover_checks(check, PX, 1, PID_B,
+                [f"{home}/llama-server", "-m", f"{home}/model.gguf", "--host", "127.0.0.1",
+                 "--port", port, "-c", "1024", "-np", "2", "-t", "1", "--alias", "gemma3-270m",
+                 "--metrics", "--no-webui"],
+                lambda i: call(PX, "/v1/completions", {"model": "gemma3-270m",
+                               "prompt": f"After {i}:", "max_tokens": 4})[0],
+                "the second server")
+check.exit()
 PY
 [[ $rc -eq 0 ]] || { echo "--- lingo log"; tail -30 "$LOGS/lingo.log"; }
 exit $rc

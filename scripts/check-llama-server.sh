@@ -21,7 +21,7 @@ for cand in ../shared/tools/llama-server/run.sh /work/shared/tools/llama-server/
 done
 LINGO=${LINGO:-${CARGO_TARGET_DIR:-target}/debug/lingo}
 [[ -x "$LINGO" ]] || cargo build --quiet --bin lingo
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+. scripts/lib/real.sh
 LPORT=$(free_port); PPORT=$(free_port)
 LOGS=$(mktemp -d)
 pids=()
@@ -43,20 +43,14 @@ for _ in $(seq 100); do curl -sf "$PX/v1/models" >/dev/null 2>&1 && break; sleep
 
 rc=0
 python3 - "$UP" "$PX" <<'PY' || rc=1
-import json, sys, urllib.request
+import json, sys
+from realcheck import (Checks, call, sse, read_llamacpp, read_ollama, read_openai,
+                       read_sglang)
 
 UP, PX = sys.argv[1], sys.argv[2]
 MAX = 8
 PROMPT = "The capital of France is"
-failures = []
-passes = [0]
-
-def call(base, path, body=None):
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(base + path, data=data,
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=120) as r:
-        return r.status, r.headers.get("Content-Type", ""), r.read().decode()
+check = Checks()
 
 def predicted_total():
     _, _, text = call(UP, "/metrics")
@@ -64,56 +58,6 @@ def predicted_total():
         if line.startswith("llamacpp:tokens_predicted_total"):
             return int(float(line.split()[-1]))
     raise SystemExit("no llamacpp:tokens_predicted_total in /metrics")
-
-def sse(text):
-    out = []
-    for block in text.split("\n\n"):
-        data = [l[5:].lstrip() for l in block.splitlines() if l.startswith("data:")]
-        if data:
-            d = "\n".join(data)
-            out.append(d if d == "[DONE]" else json.loads(d))
-    return out
-
-def check(what, ok, detail=""):
-    print(("ok   " if ok else "FAIL ") + what + ("" if ok else f": {detail}"))
-    if ok:
-        passes[0] += 1
-    else:
-        failures.append(what)
-
-# Readers: (completion tokens the client was told, text) per dialect.
-def read_sglang(body, stream):
-    last = [e for e in sse(body) if e != "[DONE]"][-1] if stream else json.loads(body)
-    return last["meta_info"]["completion_tokens"], last["text"]
-
-def read_openai(body, stream, chat):
-    if not stream:
-        v = json.loads(body)
-        c = v["choices"][0]
-        return v["usage"]["completion_tokens"], c["message"]["content"] if chat else c["text"]
-    n, text = None, ""
-    for e in sse(body):
-        if e == "[DONE]":
-            continue
-        for c in e.get("choices", []):
-            text += (c.get("delta", {}).get("content") or "") if chat else c.get("text", "")
-        if e.get("usage"):
-            n = e["usage"]["completion_tokens"]
-    return n, text
-
-def read_llamacpp(body, stream):
-    if not stream:
-        v = json.loads(body)
-        return v["tokens_predicted"], v["content"]
-    events = sse(body)
-    assert "[DONE]" not in events, "native stream sends no [DONE]"
-    return events[-1]["tokens_predicted"], "".join(e["content"] for e in events)
-
-def read_ollama(body, stream):
-    objs = [json.loads(l) for l in body.splitlines() if l.strip()]
-    last = objs[-1]
-    text = "".join(o.get("response") or (o.get("message") or {}).get("content", "") for o in objs)
-    return last.get("eval_count", 0), text
 
 msgs = [{"role": "user", "content": PROMPT}]
 rows = [
@@ -142,7 +86,7 @@ for name, path, req, read in rows:
         what = f"{name} stream={stream}"
         before = predicted_total()
         try:
-            status, ctype, body = call(PX, path, req(stream))
+            status, _, body = call(PX, path, req(stream))
         except Exception as e:
             check(what, False, repr(e))
             continue
@@ -179,8 +123,7 @@ check("/props has default_generation_settings and model_path",
 _, _, models = call(UP, "/v1/models")
 check("/v1/models says owned_by llamacpp", json.loads(models)["data"][0]["owned_by"] == "llamacpp")
 
-print(f"{passes[0]} passed, {len(failures)} failed")
-sys.exit(1 if failures else 0)
+check.exit()
 PY
 
 # The official SDKs (and TGI's client) through lingo, as in CI against the mocks, with what a
@@ -188,16 +131,6 @@ PY
 # alike (so Anthropic cannot be told which stop matched), and cannot keep a stop string in
 # the text (so a TGI client's `stop` is refused by name). Skipped when an SDK is missing.
 MODEL=gemma3-270m
-sdk() {
-  local out
-  if out=$(timeout 300 python3 "tests/python/$1" --base "$PX" --model "$MODEL" "${@:2}" 2>&1); then
-    echo "ok   $1: ${out##*$'\n'}"
-  elif [[ $? -eq 3 ]]; then
-    echo "skip $1: ${out##*$'\n'}"
-  else
-    echo "FAIL $1:"; echo "$out" | tail -15; rc=1
-  fi
-}
 sdk openai_sdk_client.py
 sdk anthropic_sdk_client.py --vague-stop
 sdk ollama_sdk_client.py
@@ -208,12 +141,7 @@ sdk sglang_style_client.py --no-batch --output-len 16
 
 # Every field of docs/dialects.md's tables through lingo to this llama-server, each outcome held
 # against the table's llamacpp column (made from lingo's mock of llama.cpp).
-if LINGO_COMPAT_UPSTREAM=$UP LINGO_COMPAT_KIND=llamacpp LINGO_COMPAT_MODEL=$MODEL timeout 900 \
-    cargo test --quiet --test compat_table -- --ignored --nocapture >"$LOGS/compat.log" 2>&1; then
-  echo "ok   docs/dialects.md's llamacpp column: $(grep -c '^ok  ' "$LOGS/compat.log") fields agree with the real llama-server"
-else
-  echo "FAIL docs/dialects.md's llamacpp column:"; grep -E '^DIFF|panicked|error' "$LOGS/compat.log" | head -30; rc=1
-fi
+compat_sweep llamacpp "$UP"
 
 # Fault handling against the real server: a first-token timer that fires, a client that
 # walks away mid-stream, client keys. Each must stop llama.cpp generating (its
@@ -226,93 +154,15 @@ printf 'ops:sk-check-key\n' >"$LOGS/keys"
 TX=http://127.0.0.1:$TPORT
 for _ in $(seq 100); do curl -sf "$TX/health" >/dev/null 2>&1 && break; sleep 0.1; done
 python3 - "$UP" "$PX" "$TX" <<'PY' || rc=1
-import http.client, json, sys, time, urllib.error, urllib.parse, urllib.request
+import sys
+from realcheck import Checks, fault_checks, metric
 
 UP, PX, TX = sys.argv[1:4]
-failures = []
-
-def check(name, ok, detail=""):
-    print(("ok   " if ok else "FAIL ") + name + ("" if ok else f": {detail}"))
-    if not ok:
-        failures.append(name)
-
-def metric(base, name, **labels):
-    text = urllib.request.urlopen(base + "/metrics", timeout=30).read().decode()
-    total = 0.0
-    for line in text.splitlines():
-        if not line.startswith(name + "{") and not line.startswith(name + " "):
-            continue
-        if all(f'{k}="{v}"' in line for k, v in labels.items()):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
-
-def idle_within(seconds):
-    end = time.time() + seconds
-    while time.time() < end:
-        if metric(UP, "llamacpp:requests_processing") == 0:
-            return True
-        time.sleep(0.1)
-    return False
-
-def post(base, path, body, headers=None):
-    req = urllib.request.Request(base + path, data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json", **(headers or {})})
-    try:
-        with urllib.request.urlopen(req, timeout=120) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
-
-LONG = {"model": "gemma3-270m", "prompt": "Once upon a time", "max_tokens": 900,
-        "ignore_eos": True, "stream": True}
-KEY = {"Authorization": "Bearer sk-check-key"}
-
-# Client keys, in front of the real server.
-status, body = post(TX, "/v1/completions", {**LONG, "stream": False, "max_tokens": 4})
-check("no key: 401 in OpenAI's shape", status == 401 and "error" in json.loads(body), body)
-status, body = post(TX, "/v1/messages", {"model": "gemma3-270m", "max_tokens": 4,
-                     "messages": [{"role": "user", "content": "hi"}]}, {"x-api-key": "wrong"})
-check("wrong key: 401 in Anthropic's shape",
-      status == 401 and json.loads(body)["error"]["type"] == "authentication_error", body)
-
-# A first token later than timeouts.first_token (1 ms): a 504 before anything was sent, or
-# the in-band error after; either way llama.cpp stops and lingo counts one timeout.
-before = metric(TX, "lingo_requests_total")
-status, body = post(TX, "/v1/completions", LONG, KEY)
-timed_out = status == 504 or '"error"' in body
-check("first_token timer fires against llama.cpp", timed_out, f"{status} {body[:300]}")
-check("llama.cpp stopped generating after the timeout", idle_within(3))
-check("the timeout is counted once",
-      metric(TX, "lingo_requests_total") - before == 1
-      and metric(TX, "lingo_requests_total", outcome="timeout") == 1
-      and metric(TX, "lingo_errors_total", kind="timeout_first_token") == 1)
-
-# A client that leaves after three events: lingo closes the upstream connection.
-predicted = metric(UP, "llamacpp:tokens_predicted_total")
-before = metric(PX, "lingo_requests_total", outcome="cancelled")
-url = urllib.parse.urlparse(PX)
-conn = http.client.HTTPConnection(url.hostname, url.port, timeout=60)
-conn.request("POST", "/v1/completions", json.dumps(LONG), {"Content-Type": "application/json"})
-resp = conn.getresponse()
-events = 0
-while events < 3:
-    line = resp.fp.readline()
-    if not line:
-        break
-    events += line.startswith(b"data: ")
-conn.sock.close()
-conn.close()
-check("abandoned mid-stream: llama.cpp stopped generating", idle_within(3))
-end = time.time() + 10
-while time.time() < end and metric(PX, "lingo_requests_total", outcome="cancelled") == before:
-    time.sleep(0.1)
-check("the abandoned stream is counted once, cancelled",
-      metric(PX, "lingo_requests_total", outcome="cancelled") - before == 1)
-check("the abandoned stream left in-flight at 0", metric(PX, "lingo_requests_in_flight") == 0)
-spent = metric(UP, "llamacpp:tokens_predicted_total") - predicted
-check("llama.cpp generated far fewer than the 900 tokens asked", spent < 450, f"{spent}")
-
-print(f"{len(failures)} fault checks failed" if failures else "fault checks passed")
-sys.exit(1 if failures else 0)
+check = Checks()
+fault_checks(check, UP, PX, TX, "gemma3-270m", "llama.cpp",
+             idle=lambda: metric(UP, "llamacpp:requests_processing") == 0,
+             generated="llamacpp:tokens_predicted_total",
+             abandoned=[("/v1/completions", None)])
+check.exit("fault checks")
 PY
 exit $rc

@@ -26,27 +26,13 @@ trap cleanup EXIT
 llama() { # port -> starts one server (one core each: the two share the machine's two)
   "$LLAMA_HOME/llama-server" -m "$LLAMA_HOME/model.gguf" --host 127.0.0.1 --port "$1" \
     -c 1024 -np 2 -t 1 --alias gemma3-270m --metrics --no-webui >"$LOGS/llama.$1.log" 2>&1 &
-  LAST=$!; pids+=($LAST)
+  LAST=$!; pids+=($LAST); disown "$LAST"  # the check kills one: no "Killed" line from bash
   for _ in $(seq 240); do curl -sf "http://127.0.0.1:$1/health" >/dev/null 2>&1 && return 0; sleep 0.5; done
   echo "llama-server on $1 did not start"; cat "$LOGS/llama.$1.log"; exit 1
 }
 llama "$A"; PA=$LAST
 llama "$B"; PB=$LAST
-cat >"$LOGS/fleet.toml" <<EOF
-[health]
-interval = "500ms"
-unhealthy_after = 2
-backoff = "500ms"
-[pools.gemma]
-policy = "round_robin"
-endpoints = [
-  { url = "http://127.0.0.1:$A", group = "llama-a" },
-  { url = "http://127.0.0.1:$B", group = "llama-b" },
-]
-EOF
-"$LINGO" serve --listen "127.0.0.1:$P" --config "$LOGS/fleet.toml" >"$LOGS/lingo.log" 2>&1 & pids+=($!)
-PX=http://127.0.0.1:$P
-for _ in $(seq 100); do curl -sf "$PX/health" >/dev/null 2>&1 && break; sleep 0.1; done
+serve_pool "$P" "http://127.0.0.1:$A=llama-a" "http://127.0.0.1:$B=llama-b"
 
 rc=0
 python3 - "$PX" "http://127.0.0.1:$A" "http://127.0.0.1:$B" "$PB" "$LLAMA_HOME" <<'PY' || rc=1

@@ -32,26 +32,12 @@ trap cleanup EXIT
 PORT=$V MAX_SEQS=2 "$RUN" >"$LOGS/vllm.log" 2>&1 & pids+=($!)
 "$LLAMA_HOME/llama-server" -m "$LLAMA_HOME/model.gguf" --host 127.0.0.1 --port "$L" \
   -c 1024 -np 2 -t 1 --alias gemma3-270m --metrics --no-webui >"$LOGS/llama.log" 2>&1 &
-PL=$!; pids+=($PL)
+PL=$!; pids+=($PL); disown "$PL"  # the check kills it: no "Killed" line from bash
 for u in "http://127.0.0.1:$L" "http://127.0.0.1:$V"; do
   for _ in $(seq 400); do curl -sf "$u/health" >/dev/null 2>&1 && break; sleep 0.5; done
   curl -sf "$u/health" >/dev/null || { echo "$u did not start"; tail -30 "$LOGS"/*.log; exit 1; }
 done
-cat >"$LOGS/fleet.toml" <<EOF
-[health]
-interval = "500ms"
-unhealthy_after = 2
-backoff = "500ms"
-[pools.gemma]
-policy = "round_robin"
-endpoints = [
-  { url = "http://127.0.0.1:$V", group = "vllm" },
-  { url = "http://127.0.0.1:$L", group = "llama" },
-]
-EOF
-"$LINGO" serve --listen "127.0.0.1:$P" --config "$LOGS/fleet.toml" >"$LOGS/lingo.log" 2>&1 & pids+=($!)
-PX=http://127.0.0.1:$P
-for _ in $(seq 100); do curl -sf "$PX/health" >/dev/null 2>&1 && break; sleep 0.1; done
+serve_pool "$P" "http://127.0.0.1:$V=vllm" "http://127.0.0.1:$L=llama"
 
 rc=0
 python3 - "$PX" "http://127.0.0.1:$V" "http://127.0.0.1:$L" "$PL" "$LLAMA_HOME" <<'PY' || rc=1

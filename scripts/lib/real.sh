@@ -29,3 +29,20 @@ compat_sweep() {
     echo "FAIL docs/dialects.md's $1 column:"; grep -E '^DIFF|panicked|error' "$log" | head -30; rc=1
   fi
 }
+
+# serve_pool PORT URL=GROUP...: lingo on 127.0.0.1:PORT in front of one round-robin pool of
+# these endpoints, probed every 500 ms and ejected after two failures (so a killed server is
+# out, and a restarted one back, within seconds); sets PX once it answers.
+serve_pool() {
+  local port=$1 ep
+  shift
+  {
+    printf '[health]\ninterval = "500ms"\nunhealthy_after = 2\nbackoff = "500ms"\n'
+    printf '[pools.gemma]\npolicy = "round_robin"\nendpoints = [\n'
+    for ep in "$@"; do printf '  { url = "%s", group = "%s" },\n' "${ep%=*}" "${ep##*=}"; done
+    printf ']\n'
+  } >"$LOGS/fleet.toml"
+  "$LINGO" serve --listen "127.0.0.1:$port" --config "$LOGS/fleet.toml" >"$LOGS/lingo.log" 2>&1 & pids+=($!)
+  PX=http://127.0.0.1:$port
+  for _ in $(seq 100); do curl -sf "$PX/health" >/dev/null 2>&1 && break; sleep 0.1; done
+}

@@ -32,8 +32,13 @@ impl Tally {
                     // A cumulative count: whatever it adds to what is known so far (which
                     // may have been guessed chunk by chunk; the count corrects it).
                     (None, Some(u)) => u.completion_tokens.saturating_sub(slot.counted),
+                    // No count: one token a chunk, the guess servers' streams bear out. A
+                    // chunk without text is one too until the stream's end: vLLM sends a
+                    // token whose bytes are not yet a whole character, or reasoning and tool
+                    // calls, as an empty text. Only an empty chunk that carries the finish
+                    // is none (llama.cpp sends the finish apart from the last token).
                     (None, None) => {
-                        let guess = u64::from(!c.text.is_empty());
+                        let guess = u64::from(!c.text.is_empty() || c.finish.is_none());
                         self.estimated |= guess > 0;
                         guess
                     }
@@ -192,10 +197,25 @@ mod tests {
         let mut t = Tally::default();
         t.observe(&chunk(0, "a", None, None));
         t.observe(&chunk(1, "b", None, None));
-        t.observe(&chunk(1, "", None, None));
         let (u, estimated) = t.totals();
         assert_eq!(u.completion_tokens, 2);
         assert!(estimated);
+    }
+
+    #[test]
+    fn an_empty_chunk_is_a_token_unless_it_only_carries_the_finish() {
+        // vLLM: a token whose bytes end inside a character comes as an empty text; its
+        // ITL observation would otherwise be merged into the next token's.
+        let mut t = Tally::default();
+        assert_eq!(t.observe(&chunk(0, "a", None, None)), 1);
+        assert_eq!(t.observe(&chunk(0, "", None, None)), 1);
+        // llama.cpp: the finish in a chunk of its own, after the last token.
+        let mut last = chunk(0, "", None, None);
+        if let Event::Chunk(c) = &mut last {
+            c.finish = Some(crate::model::Finish::Length);
+        }
+        assert_eq!(t.observe(&last), 0);
+        assert_eq!(t.choice_tokens(0), 2);
     }
 
     #[test]

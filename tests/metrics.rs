@@ -332,3 +332,56 @@ async fn tgi_counts_come_from_its_header_and_final_details() {
     );
     assert_eq!(sum(&text, "lingo_estimated_token_requests_total", &up), 0.0);
 }
+
+/// A vLLM-shaped upstream that streams four tokens as real vLLM may: the second's bytes end
+/// inside a character (an empty text), and the last one's text is empty on the finish chunk;
+/// then the usage chunk and `[DONE]`.
+async fn empty_text_tokens_upstream() -> String {
+    let event = |text: &str, finish: Value| {
+        let c = json!({"id": "cmpl-1", "object": "text_completion", "created": 1,
+            "model": "mock-model", "choices": [{"index": 0, "text": text, "logprobs": null,
+            "finish_reason": finish}], "usage": null});
+        format!("data: {c}\n\n")
+    };
+    let usage = json!({"id": "cmpl-1", "object": "text_completion", "created": 1,
+        "model": "mock-model", "choices": [],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}});
+    let body = [
+        event("a", Value::Null),
+        event("", Value::Null),
+        event("b", Value::Null),
+        event("", json!("length")),
+        format!("data: {usage}\n\ndata: [DONE]\n\n"),
+    ]
+    .concat();
+    let app = axum::Router::new().fallback(move || {
+        let body = body.clone();
+        async move { ([("content-type", "text/event-stream")], body) }
+    });
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", l.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(l, app).await.unwrap() });
+    url
+}
+
+#[tokio::test]
+async fn tokens_with_empty_text_get_their_inter_token_observations() {
+    let up = empty_text_tokens_upstream().await;
+    let base = lingo(config_for(&up, KindSetting::Vllm)).await;
+    for stream_options in [json!({"include_usage": true}), Value::Null] {
+        let body = json!({"model": "mock-model", "prompt": "x", "max_tokens": 4, "stream": true,
+            "stream_options": stream_options});
+        let resp = post_json(&format!("{base}/v1/completions"), &body).await;
+        assert_eq!(resp.status(), 200);
+        resp.text().await.unwrap();
+    }
+    let text = scrape(&base).await;
+    let want = [("dialect", "openai-completions")];
+    assert_eq!(sum(&text, "lingo_generation_tokens_total", &want), 8.0);
+    // Three gaps after the first of four tokens, in each of the two streams: the empty
+    // mid-stream text is a token, and the finish chunk's token is found in the final count.
+    assert_eq!(
+        sum(&text, "lingo_inter_token_latency_seconds_count", &want),
+        6.0
+    );
+}

@@ -131,9 +131,27 @@ fn on_tokens(record: &mut RequestRecord, metrics: &Metrics, tokens: u32) {
     record.charge_key();
 }
 
+/// Tokens a stream's final count holds beyond those its events were counted with: each still
+/// gets its inter-token observation, as the server's own histogram has it. They arrived with
+/// the last piece that carried no counted token (vLLM's finish chunk holds the last token,
+/// whose text may be empty), or with the last token where no piece came after it.
+fn uncounted_tokens(record: &mut RequestRecord, metrics: &Metrics, reported: u64) {
+    let missing = reported.saturating_sub(record.tokens);
+    let Some(prev) = record.last_token.filter(|_| missing > 0 && record.stream) else {
+        return;
+    };
+    let at = record.last_event.filter(|e| *e > prev).unwrap_or(prev);
+    let missing = u32::try_from(missing).unwrap_or(u32::MAX);
+    metrics.observe_itl(record, (at - prev).as_secs_f64(), missing);
+    record.last_token = Some(at);
+}
+
 fn on_end(mut record: OpenRecord, s: Summary, metrics: &Metrics) {
     record.ended = Some(Instant::now());
     known_counts(&mut record, &s);
+    if !s.estimated && s.error.is_none() {
+        uncounted_tokens(&mut record, metrics, s.completion_tokens);
+    }
     // The upstream's count is authoritative; chunk counting only fills in when it is silent.
     record.tokens = if s.estimated {
         record.tokens.max(s.completion_tokens)
@@ -172,6 +190,8 @@ impl<S: Stream<Item = Emit>> Body for MeteredBody<S> {
                 Poll::Ready(Some(Emit::Data { bytes, tokens })) => {
                     if tokens > 0 {
                         on_tokens(record, this.metrics, tokens);
+                    } else if record.first_token.is_some() && !bytes.is_empty() {
+                        record.last_event = Some(Instant::now());
                     }
                     if let Some(s) = this.whole.take() {
                         // All of a whole answer is in hand: it ends as it leaves.

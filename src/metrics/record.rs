@@ -56,6 +56,10 @@ pub struct RequestRecord {
     pub stream: bool,
     pub first_token: Option<Instant>,
     pub last_token: Option<Instant>,
+    /// The last piece after the first token that carried no counted token: where tokens the
+    /// upstream counted only in its final usage arrived (vLLM's finish chunk holds the last
+    /// token, whose text may be empty).
+    pub last_event: Option<Instant>,
     pub tokens: u64,
     /// `None` while unknown: a request that ends before anyone counted its prompt records no
     /// count rather than a false 0.
@@ -109,6 +113,7 @@ impl RequestRecord {
             stream: false,
             first_token: None,
             last_token: None,
+            last_event: None,
             tokens: 0,
             prompt_tokens: None,
             estimated: false,

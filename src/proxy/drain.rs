@@ -91,16 +91,11 @@ impl Drain {
     }
 
     pub fn is_draining(&self) -> bool {
-        self.now.load(Ordering::Acquire) >= Phase::Draining as u8
+        come(&self.now, Phase::Draining)
     }
 
     pub fn is_expired(&self) -> bool {
-        self.now.load(Ordering::Acquire) == Phase::Expired as u8
-    }
-
-    /// Resolves once draining starts.
-    pub fn draining(&self) -> Reach {
-        self.reach(Phase::Draining)
+        come(&self.now, Phase::Expired)
     }
 
     /// Resolves once the grace period is over (never, while serving normally).
@@ -113,42 +108,46 @@ impl Drain {
         }
     }
 
-    fn reach(&self, phase: Phase) -> Reach {
+    /// Resolves once draining starts.
+    pub fn draining(&self) -> Reach {
         let mut rx = self.rx.clone();
         let wait: Wait = Box::pin(async move {
             // The sender lives as long as any clone of `Drain`, so this only fails when
-            // none is left to ever advance it: then the phase is never reached.
-            if rx.wait_for(|p| *p >= phase).await.is_err() {
+            // none is left to ever advance it: then draining never starts.
+            if rx.wait_for(|p| *p >= Phase::Draining).await.is_err() {
                 std::future::pending::<()>().await;
             }
         });
         Reach {
             now: self.now.clone(),
-            phase,
             wait: Gated::new(wait),
             done: false,
         }
     }
 }
 
+/// Whether the phase in `now` has come to `phase` (phases only move on).
+fn come(now: &AtomicU8, phase: Phase) -> bool {
+    now.load(Ordering::Acquire) >= phase as u8
+}
+
 type Wait = Pin<Box<dyn Future<Output = ()> + Send + Sync>>;
 
-/// A wait for a phase. A connection or a stream polls it at every wake-up of its task (every
+/// A wait for draining to start (`Drain::draining`). A connection or a stream polls it at every wake-up of its task (every
 /// read, every event), and the channel's own wait takes a lock at each poll: so the phase is
 /// read from `Drain::now`, and the channel's wait is polled only after it woke its own
 /// waker (`Gated`).
 pub struct Reach {
     now: Arc<AtomicU8>,
-    phase: Phase,
     wait: Gated<Wait>,
     /// Resolved: it says so again without polling the finished wait.
     done: bool,
 }
 
 impl Reach {
-    /// Whether the phase has come (without waiting for it).
+    /// Whether draining has started (without waiting for it).
     pub fn reached(&self) -> bool {
-        self.done || self.now.load(Ordering::Acquire) >= self.phase as u8
+        self.done || come(&self.now, Phase::Draining)
     }
 }
 
@@ -178,7 +177,7 @@ pub struct Expiry {
 impl Expiry {
     /// Whether the grace period is over (without waiting for it).
     pub fn reached(&self) -> bool {
-        self.now.load(Ordering::Acquire) == Phase::Expired as u8
+        come(&self.now, Phase::Expired)
     }
 }
 

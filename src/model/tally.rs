@@ -32,11 +32,11 @@ impl Tally {
                     // A cumulative count: whatever it adds to what is known so far (which
                     // may have been guessed chunk by chunk; the count corrects it).
                     (None, Some(u)) => u.completion_tokens.saturating_sub(slot.counted),
-                    // No count: one token a chunk, the guess servers' streams bear out. A
-                    // chunk without text is one too until the stream's end: vLLM sends a
-                    // token whose bytes are not yet a whole character, or reasoning and tool
-                    // calls, as an empty text. Only an empty chunk that carries the finish
-                    // is none (llama.cpp sends the finish apart from the last token).
+                    // No count: one token a chunk, the guess servers' streams bear out,
+                    // with or without text (vLLM sends a token whose bytes are not yet a
+                    // whole character, and reasoning or tool-call deltas, as an empty text).
+                    // Only an empty chunk that carries the finish is none: llama.cpp sends
+                    // the finish apart from the last token.
                     (None, None) => {
                         let guess = u64::from(!c.text.is_empty() || c.finish.is_none());
                         self.estimated |= guess > 0;

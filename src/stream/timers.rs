@@ -129,11 +129,7 @@ impl Timers {
         cx: &mut std::task::Context<'_>,
         timer: Timer,
     ) -> std::task::Poll<ProxyError> {
-        while self
-            .sleep
-            .as_mut()
-            .is_some_and(|s| s.as_mut().poll(cx).is_ready())
-        {
+        while self.sleep_ended(cx) {
             if self.armed >= self.due {
                 return std::task::Poll::Ready(ProxyError::Timeout(timer));
             }
@@ -145,6 +141,13 @@ impl Timers {
             return std::task::Poll::Ready(ProxyError::ShuttingDown);
         }
         std::task::Poll::Pending
+    }
+
+    /// Whether the sleep, if one was ever set, has ended (registering `cx` if not).
+    fn sleep_ended(&mut self, cx: &mut std::task::Context<'_>) -> bool {
+        self.sleep
+            .as_mut()
+            .is_some_and(|s| s.as_mut().poll(cx).is_ready())
     }
 
     /// Until the first token its own timer is the bound (queueing and prefill may take
@@ -321,12 +324,7 @@ where
         }
         let timers = this.timers;
         // Armed only with `total` (`guard`).
-        if timers.total.is_some()
-            && timers
-                .sleep
-                .as_mut()
-                .is_some_and(|s| s.as_mut().poll(cx).is_ready())
-        {
+        if timers.total.is_some() && timers.sleep_ended(cx) {
             return Poll::Ready(Err(ProxyError::Timeout(Timer::Total)));
         }
         if Pin::new(&mut timers.expired).poll(cx).is_ready() {

@@ -211,13 +211,12 @@ TX=http://127.0.0.1:$TPORT
 for _ in $(seq 100); do curl -sf "$TX/health" >/dev/null 2>&1 && break; sleep 0.1; done
 python3 - "$UP" "$PX" "$TX" "$MODEL" <<'PY' || rc=1
 import http.client, json, sys, time, urllib.parse
-from realcheck import Checks, fault_checks, metric, until
+from realcheck import Checks, fault_checks, long_stream, metric, until
 
 UP, PX, TX, MODEL = sys.argv[1:5]
 check = Checks()
 idle = lambda: (metric(UP, "vllm:num_requests_running"), metric(UP, "vllm:num_requests_waiting")) == (0, 0)
-LONG = {"model": MODEL, "prompt": "Once upon a time", "max_tokens": 900,
-        "ignore_eos": True, "stream": True}
+LONG = long_stream(MODEL)
 # Left mid-stream passed through, and translated from SGLang's /generate.
 fault_checks(check, UP, PX, TX, MODEL, "vLLM", idle=idle,
              generated="vllm:generation_tokens_total",

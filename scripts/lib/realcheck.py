@@ -92,14 +92,19 @@ def abandon(base, path, body, events=3):
     conn.close()
 
 
+def long_stream(model):
+    """A streamed completion of 900 tokens, far longer than any check waits for."""
+    return {"model": model, "prompt": "Once upon a time", "max_tokens": 900,
+            "ignore_eos": True, "stream": True}
+
+
 def fault_checks(check, up, px, tx, model, server, idle, generated, abandoned):
     """Client keys, a first-token timer that fires and clients that leave mid-stream, against
     a real server: each must stop it generating (`idle()` true again soon, long before the 900
     tokens asked are done) and be counted exactly once by lingo. `px` is lingo in front of it,
     `tx` lingo with `--timeout-first-token 1ms` and the key `sk-check-key`; `generated` the
     server's own generated-token counter; `abandoned` the (path, body) of each stream to leave."""
-    long = {"model": model, "prompt": "Once upon a time", "max_tokens": 900,
-            "ignore_eos": True, "stream": True}
+    long = long_stream(model)
     key = {"Authorization": "Bearer sk-check-key"}
     status, _, body = call(tx, "/v1/completions", {**long, "stream": False, "max_tokens": 4})
     check("no key: 401 in OpenAI's shape", status == 401 and "error" in json.loads(body), body)

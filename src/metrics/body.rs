@@ -21,16 +21,40 @@ use super::{Metrics, OpenRecord, Outcome, RequestRecord};
 #[derive(Debug)]
 pub enum Emit {
     /// Bytes for the client, and how many generated tokens they carry.
-    Data { bytes: Bytes, tokens: u32 },
-    /// What the stream knows so far of the counts its end will report (the upstream's
-    /// running prompt count; whether the output count so far is a guess), so a request that
-    /// ends early keeps them.
-    Progress {
-        prompt_tokens: Option<u64>,
-        estimated: bool,
+    Data {
+        bytes: Bytes,
+        tokens: u32,
+        /// When the upstream's bytes behind them arrived (the pipeline reads the clock as
+        /// each wait ends, and the meter times tokens by that reading rather than taking
+        /// its own); `None`: now.
+        at: Option<Instant>,
+        /// With tokens: what the stream knows so far of the counts its end will report, so
+        /// a request that ends early keeps them.
+        progress: Option<Progress>,
     },
     /// The end, with the totals the upstream reported.
     End(Summary),
+}
+
+impl Emit {
+    /// Bytes that carry `tokens` and nothing else the meter needs.
+    pub fn data(bytes: Bytes, tokens: u32) -> Emit {
+        Emit::Data {
+            bytes,
+            tokens,
+            at: None,
+            progress: None,
+        }
+    }
+}
+
+/// The counts a stream's end will report, as far as it knows them yet.
+#[derive(Debug, Clone, Copy)]
+pub struct Progress {
+    /// The upstream's running prompt count.
+    pub prompt_tokens: Option<u64>,
+    /// Whether the output count so far is a guess.
+    pub estimated: bool,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -111,12 +135,14 @@ fn known_counts(record: &mut RequestRecord, s: &Summary) {
     }
 }
 
-fn on_tokens(record: &mut RequestRecord, metrics: &Metrics, tokens: u32) {
-    let now = Instant::now();
+fn on_tokens(record: &mut RequestRecord, metrics: &Metrics, tokens: u32, now: Instant) {
     match record.last_token {
         None => {
             record.first_token = Some(now);
-            metrics.observe_ttft(record, (now - record.started).as_secs_f64());
+            metrics.observe_ttft(
+                record,
+                now.saturating_duration_since(record.started).as_secs_f64(),
+            );
             // The first chunk's extra tokens arrived with the first one: gaps of zero, so
             // a stream's histogram counts every token after the first however reads coalesce
             // (a whole answer has no gaps to speak of).
@@ -124,7 +150,11 @@ fn on_tokens(record: &mut RequestRecord, metrics: &Metrics, tokens: u32) {
                 metrics.observe_itl(record, 0.0, tokens - 1);
             }
         }
-        Some(prev) => metrics.observe_itl(record, (now - prev).as_secs_f64(), tokens),
+        Some(prev) => metrics.observe_itl(
+            record,
+            now.saturating_duration_since(prev).as_secs_f64(),
+            tokens,
+        ),
     }
     record.last_token = Some(now);
     record.tokens += u64::from(tokens);
@@ -187,11 +217,27 @@ impl<S: Stream<Item = Emit>> Body for MeteredBody<S> {
             };
             match this.inner.as_mut().poll_next(cx) {
                 Poll::Pending => return Poll::Pending,
-                Poll::Ready(Some(Emit::Data { bytes, tokens })) => {
+                Poll::Ready(Some(Emit::Data {
+                    bytes,
+                    tokens,
+                    at,
+                    progress,
+                })) => {
+                    if let Some(p) = progress {
+                        if p.prompt_tokens.is_some() {
+                            record.prompt_tokens = p.prompt_tokens;
+                        }
+                        record.estimated = p.estimated;
+                    }
                     if tokens > 0 {
-                        on_tokens(record, this.metrics, tokens);
+                        on_tokens(
+                            record,
+                            this.metrics,
+                            tokens,
+                            at.unwrap_or_else(Instant::now),
+                        );
                     } else if record.first_token.is_some() && !bytes.is_empty() {
-                        record.last_event = Some(Instant::now());
+                        record.last_event = Some(at.unwrap_or_else(Instant::now));
                     }
                     if let Some(s) = this.whole.take() {
                         // All of a whole answer is in hand: it ends as it leaves.
@@ -203,15 +249,6 @@ impl<S: Stream<Item = Emit>> Body for MeteredBody<S> {
                         continue;
                     }
                     return Poll::Ready(Some(Ok(Frame::data(bytes))));
-                }
-                Poll::Ready(Some(Emit::Progress {
-                    prompt_tokens,
-                    estimated,
-                })) => {
-                    if prompt_tokens.is_some() {
-                        record.prompt_tokens = prompt_tokens;
-                    }
-                    record.estimated = estimated;
                 }
                 Poll::Ready(Some(Emit::End(summary))) => {
                     if let Some(r) = this.record.take() {

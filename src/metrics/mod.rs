@@ -14,7 +14,7 @@ pub mod relay;
 mod series;
 mod vllm;
 
-pub use body::{Emit, MeteredBody, Summary};
+pub use body::{Emit, MeteredBody, Progress, Summary};
 pub use log::{LogLine, LogTarget, RequestLog};
 pub use open::{OnEnd, OpenRecord};
 pub use record::{session_key, Labels, Outcome, RequestRecord};

@@ -163,7 +163,7 @@ pub fn full(
     let tokens = u32::try_from(summary.completion_tokens).unwrap_or(u32::MAX);
     // Its length is known: the body says it (its size hint), so the client gets it, not chunks.
     let length = bytes.len() as u64;
-    let piece = futures_util::stream::iter([Emit::Data { bytes, tokens }]);
+    let piece = futures_util::stream::iter([Emit::data(bytes, tokens)]);
     let body = MeteredBody::whole(piece, record, st.metrics.clone(), summary, length);
     let mut resp = Response::new(Body::new(body));
     *resp.status_mut() = status;

@@ -20,7 +20,7 @@ use super::timers::Timers;
 use crate::blocks;
 use crate::dialect::{Dialect, StreamDecoder, StreamEncoder};
 use crate::error::{ProxyError, Source};
-use crate::metrics::{Emit, Outcome, Summary};
+use crate::metrics::{Emit, Outcome, Progress, Summary};
 use crate::model::{Event, Tally};
 use crate::upstream::{BodyError, UpstreamBody};
 
@@ -73,6 +73,8 @@ struct State {
     /// A wait for the next chunk in progress: since when, and the timer bounding it. On
     /// tokio's clock, which the timers' deadlines are on (the same clock, outside tests).
     waiting: Option<(tokio::time::Instant, crate::error::Timer)>,
+    /// When the last wait ended: when the chunk being handled arrived.
+    arrived: Option<tokio::time::Instant>,
     /// Passthrough: upstream events lingo could not decode (forwarded as they came).
     decode_errors: u32,
     /// Passthrough: the upstream's own in-band error, already forwarded with the rest.
@@ -120,6 +122,7 @@ impl State {
             finished: false,
             wait: Duration::ZERO,
             waiting: None,
+            arrived: None,
             decode_errors: 0,
             upstream_failed: None,
             mid_event: false,
@@ -230,7 +233,10 @@ impl State {
             Poll::Pending => Err(ready!(self.timers.poll_fired(cx, timer))),
         };
         self.waiting = None;
-        self.wait += since.elapsed();
+        // One clock read ends the wait and times the tokens it brought (`Emit::Data::at`).
+        let now = tokio::time::Instant::now();
+        self.wait += now.saturating_duration_since(since);
+        self.arrived = Some(now);
         Poll::Ready(done)
     }
 
@@ -453,17 +459,23 @@ impl State {
     }
 
     fn emit(&mut self, bytes: Bytes, tokens: u32) {
-        if tokens > 0 {
-            // Kept by the record should the request end before the stream does.
+        if bytes.is_empty() && tokens == 0 {
+            return;
+        }
+        // Kept by the record should the request end before the stream does.
+        let progress = (tokens > 0).then(|| {
             let (prompt_tokens, estimated) = self.tally.so_far();
-            self.queue.push_back(Emit::Progress {
+            Progress {
                 prompt_tokens,
                 estimated,
-            });
-        }
-        if !bytes.is_empty() || tokens > 0 {
-            self.queue.push_back(Emit::Data { bytes, tokens });
-        }
+            }
+        });
+        self.queue.push_back(Emit::Data {
+            bytes,
+            tokens,
+            at: self.arrived.map(tokio::time::Instant::into_std),
+            progress,
+        });
     }
 
     fn end(&mut self) {

@@ -48,6 +48,9 @@ pub(super) struct Spots {
     pub(super) usage: Option<Range<usize>>,
     /// The choice's `finish_reason` value, when it was `null`.
     pub(super) finish: Option<Range<usize>>,
+    /// The choice's `prompt_token_ids` member, from the end of the value before it to the
+    /// end of its own (vLLM sends the prompt's ids in the first event only).
+    pub(super) prompt_ids: Option<Range<usize>>,
 }
 
 /// Where this event's head ended and where its `id` and `model` lie, once `choices` came
@@ -204,6 +207,8 @@ fn choice<'a>(c: &mut Cursor<'a>, spots: &mut Spots) -> Sure<ChoiceWire<'a>> {
         logprobs: None,
     };
     let mut seen = Seen::default();
+    // Where the last member's value ended.
+    let mut after_value = None;
     c.object(|c, key| {
         match key {
             "index" => ch.index = seen.first(0).and_then(|()| c.u32())?,
@@ -232,8 +237,13 @@ fn choice<'a>(c: &mut Cursor<'a>, spots: &mut Spots) -> Sure<ChoiceWire<'a>> {
                 spots.token_ids = ch.token_ids.is_some().then_some(start..c.at);
             }
             "logprobs" => ch.logprobs = seen.first(7).and_then(|()| c.value())?,
+            "prompt_token_ids" => {
+                c.skip_value(0)?;
+                spots.prompt_ids = after_value.map(|start| start..c.at);
+            }
             _ => c.skip_value(0)?,
         }
+        after_value = Some(c.at);
         Some(())
     })?;
     Some(ch)

@@ -49,6 +49,11 @@ pub(super) struct Shape {
     /// Its slots, in the order they come, each with where it lay.
     slots: Vec<(Slot, Range<usize>)>,
     index: u32,
+    /// The shape is its event without that event's `prompt_token_ids` (which vLLM sends in
+    /// a stream's first event only, so the second event is read from the first's shape).
+    cut: bool,
+    /// A stream whose events all carry `prompt_token_ids`: they stay in its shapes.
+    keep_prompt_ids: bool,
 }
 
 /// What an event had in its slots.
@@ -129,14 +134,34 @@ impl Shape {
     }
 
     /// Keep `w`'s shape (read from `text`, its parts at `spots`) for the next event, if it
-    /// has one; otherwise the last one stays.
+    /// has one; otherwise the last one stays. Its `prompt_token_ids` are left out of the
+    /// shape, unless the stream has shown that its next events carry them too: a cut shape
+    /// is learnt again only when an event did not match it.
     pub(super) fn learn(&mut self, text: &str, w: &ChunkWire<'_>, spots: &Spots) {
-        if let Some(s) = shape_of(w, spots) {
-            let mut bytes = std::mem::take(&mut self.bytes);
-            bytes.clear();
-            bytes.extend_from_slice(text.as_bytes());
-            *self = Shape { bytes, ..s };
+        let Some(mut s) = shape_of(w, spots) else {
+            return;
+        };
+        let keep_prompt_ids = self.keep_prompt_ids || (self.cut && spots.prompt_ids.is_some());
+        let mut bytes = std::mem::take(&mut self.bytes);
+        bytes.clear();
+        let cut = spots.prompt_ids.clone().filter(|_| !keep_prompt_ids);
+        match &cut {
+            Some(r) => {
+                bytes.extend_from_slice(&text.as_bytes()[..r.start]);
+                bytes.extend_from_slice(&text.as_bytes()[r.end..]);
+                // The slots after the cut move back by its length.
+                for (_, at) in s.slots.iter_mut().filter(|(_, at)| at.start >= r.end) {
+                    *at = at.start - r.len()..at.end - r.len();
+                }
+            }
+            None => bytes.extend_from_slice(text.as_bytes()),
         }
+        *self = Shape {
+            bytes,
+            cut: cut.is_some(),
+            keep_prompt_ids,
+            ..s
+        };
     }
 }
 
@@ -186,6 +211,8 @@ fn shape_of(w: &ChunkWire<'_>, spots: &Spots) -> Option<Shape> {
         bytes: Vec::new(),
         slots,
         index: c.index,
+        cut: false,
+        keep_prompt_ids: false,
     })
 }
 
@@ -449,6 +476,53 @@ mod tests {
         }
     }
 
+    /// vLLM's first event when asked for token ids: the prompt's ids too (`IDS` after it).
+    const PROMPT: &str = r#"{"id":"cmpl-9","object":"text_completion","created":1,"model":"m","choices":[{"index":0,"text":" warm","logprobs":null,"finish_reason":null,"stop_reason":null,"prompt_token_ids":[43246,27879],"token_ids":[1229]}],"usage":null}"#;
+
+    /// `shape` after the decoder failed to read `text` from it and the fast reader read it.
+    fn relearn(shape: &mut Shape, text: &str) {
+        assert_eq!(shape.chunk(text.as_bytes()), None, "{text}");
+        let mut head = scan::Head::default();
+        let w = scan::chunk_after(text, &mut head).unwrap();
+        shape.learn(text, &w, &head.spots);
+    }
+
+    #[test]
+    fn the_event_after_the_one_with_the_prompt_ids_is_read_from_its_shape() {
+        let shape = learnt(PROMPT);
+        assert!(shape.cut);
+        reads_as_serde(&shape, IDS);
+        for (text, finish) in [("\"\"", "null"), ("\"a b\"", "\"length\"")] {
+            let next = IDS.replace("\" storm\"", text).replace(
+                "\"finish_reason\":null",
+                &format!("\"finish_reason\":{finish}"),
+            );
+            reads_as_serde(&shape, &next);
+        }
+        // Only its own prompt ids are left out: any others are a different event.
+        let other = PROMPT.replace("[43246,27879]", "[1]");
+        assert_eq!(shape.chunk(other.as_bytes()), None);
+        // The prompt ids as the choice's first member: that spelling is kept whole.
+        let first = PROMPT
+            .replace(",\"prompt_token_ids\":[43246,27879]", "")
+            .replace("{\"index\":0,", "{\"prompt_token_ids\":[1],\"index\":0,");
+        assert!(!learnt(&first).cut, "{first}");
+    }
+
+    #[test]
+    fn a_stream_whose_events_all_carry_prompt_ids_keeps_them_in_its_shape() {
+        let mut shape = learnt(PROMPT);
+        let second = PROMPT.replace(" warm", " drum").replace("[1229]", "[1165]");
+        relearn(&mut shape, &second);
+        assert!(!shape.cut && shape.keep_prompt_ids);
+        for text in ["\" pear\"", "\"\""] {
+            reads_as_serde(&shape, &second.replace("\" drum\"", text));
+        }
+        // Kept for the rest of the stream, through shapes learnt again.
+        relearn(&mut shape, &second.replace(",\"usage\":null", ""));
+        assert!(!shape.cut && shape.keep_prompt_ids);
+    }
+
     /// JSON's own characters and a few multi-byte ones, for the edits.
     const EDITS: &[u8] = b"{}[]\":,\\ -.019enul\n\t";
 
@@ -459,8 +533,10 @@ mod tests {
         let mut rng = StdRng::seed_from_u64(5);
         let mut hits = 0;
         for _ in 0..60_000 {
-            let first = [VLLM, CHAT, SGLANG, IDS, USAGE][rng.random_range(0..5)];
-            let shape = learnt(first);
+            let event = [VLLM, CHAT, SGLANG, IDS, USAGE, PROMPT][rng.random_range(0..6)];
+            let shape = learnt(event);
+            // The shape's own bytes (the event's, but for prompt ids left out).
+            let first = std::str::from_utf8(&shape.bytes).unwrap();
             let next = match rng.random_bool(0.5) {
                 true => mangle(&mut rng, first, EDITS),
                 false => {

@@ -16,7 +16,10 @@
 #       self-check must say the server set the pace (driver-bound: False). Run twice: as is,
 #       and with the pair at real-time priority (`chrt -f`), so that other jobs on a shared
 #       machine do not hold the mock's or the driver's threads off the cores; the second is
-#       the driver's own accuracy, the first also the neighbours'.
+#       the driver's own accuracy, the first also the neighbours'. Each run also prints the
+#       mock's own first-token lateness (`/mock/stats?late_last=2048`: the write of each
+#       measured stream's first token after its due time): a TTFT error the mock made, not
+#       the driver.
 # The mock and the driver share this machine's cores, so the figures are of the pair; the
 # driver's own CPU share is printed from its self-check. `LINGO=path` runs another build (an
 # older one for a before/after comparison: flags it lacks are left out).
@@ -108,9 +111,11 @@ ttft_run() { # title, then the priority command (may be empty)
   "$@" $LINGO bench --url "http://127.0.0.1:$M" --dialect openai-completions --concurrency 512 \
     --requests-per-level 2048 --input-len 8 --output-len 64 --warmup 512 "${RAMP[@]}" --percentiles 50,99 \
     --json "$WORK/ttft.json" >/dev/null
-  python3 - "$WORK/ttft.json" <<'PY'
+  curl -sf "http://127.0.0.1:$M/mock/stats?late_last=2048" >"$WORK/mock.json" || echo '{}' >"$WORK/mock.json"
+  python3 - "$WORK/ttft.json" "$WORK/mock.json" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1])); l = d['levels'][0]
+late = json.load(open(sys.argv[2])).get('first_token_late')
 err = sorted(r['ttft_s'] - 0.050 for r in l['requests'] if r['ok'])
 q = lambda p: err[min(len(err) - 1, max(0, int(-(-p * len(err) // 1)) - 1))]
 print(f"TTFT error  p50 {q(0.5) * 1e3:.3f} ms  p99 {q(0.99) * 1e3:.3f} ms  max {err[-1] * 1e3:.3f} ms"
@@ -121,6 +126,10 @@ print(f"{l['ok']} ok, {l['fail']} failed; {l['agg_tok_s']:.0f} tokens/s; driver 
       f" send lag p99 {ms(c['send_lag_p99'])} ms; read lag p50 {ms(c.get('read_lag_p50'))} p99 {ms(c.get('read_lag_p99'))} ms")
 print(f"self-check: driver-bound: {c['driver_bound']} (expected False: the mock paces the tokens)"
       + (f"; {'; '.join(c['reasons'])}" if c['reasons'] else ""))
+if late and late['count']:
+    print(f"the mock's own first-token lateness (its write after the due time, the last {late['count']}"
+          f" streams): p50 {late['p50_us'] / 1e3:.3f} ms  p99 {late['p99_us'] / 1e3:.3f} ms"
+          f"  max {late['max_us'] / 1e3:.3f} ms")
 PY
   stop_mock
 }

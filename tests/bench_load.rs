@@ -88,7 +88,16 @@ async fn measured_ttft_and_itl_match_the_mock() {
         assert!(s.self_check.read_lag_p99.is_some());
     }
     // The warmup and both levels, exactly.
-    assert_eq!(mock.state.stats().completion_tokens, (1 + 16) * 12);
+    let stats = mock.state.stats();
+    assert_eq!(stats.completion_tokens, (1 + 16) * 12);
+    // The mock saw each stream's first token leave, and when: its own lateness, which the
+    // driver's TTFT error holds too (scripts/bench-driver.sh reports both).
+    let late = stats.first_token_late;
+    assert_eq!(late.count, 1 + 16);
+    assert!(
+        late.p50_us <= late.p99_us && late.p99_us <= late.max_us,
+        "{late:?}"
+    );
 }
 
 #[tokio::test]

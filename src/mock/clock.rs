@@ -10,6 +10,7 @@
 //! pacing is deadline-based, so its rounding does not accumulate.
 
 use std::os::fd::{AsFd, AsRawFd, RawFd};
+use std::sync::Arc;
 use std::time::Instant;
 
 use axum::extract::{ConnectInfo, Request};
@@ -21,26 +22,31 @@ use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 
 use super::listener::ResetOnDrop;
+use crate::netstamp::Stamps;
 
 tokio::task_local! {
-    static ARRIVED: Instant;
+    static ARRIVED: (Instant, Option<Arc<Stamps>>);
 }
 
 /// When the request whose handler is running arrived, if the middleware saw it.
 pub(crate) fn arrived() -> Option<Instant> {
-    ARRIVED.try_with(|a| *a).ok()
+    ARRIVED.try_with(|a| a.0).ok()
+}
+
+/// The stamps of the connection the running handler's request came on, where the listener
+/// keeps them: armed before a first token, they tell when it was written (`late`).
+pub(crate) fn stamps() -> Option<Arc<Stamps>> {
+    ARRIVED.try_with(|a| a.1.clone()).ok().flatten()
 }
 
 /// The middleware: the request's arrival for the handler's run; the kernel's stamp where the
 /// listener keeps one, else now.
 pub(crate) async fn middleware(req: Request, next: Next) -> Response {
     let now = Instant::now();
-    let at = req
-        .extensions()
-        .get::<ConnectInfo<ResetOnDrop>>()
-        .and_then(|c| c.0.arrived())
-        .map_or(now, |a| a.min(now));
-    ARRIVED.scope(at, next.run(req)).await
+    let conn = req.extensions().get::<ConnectInfo<ResetOnDrop>>();
+    let at = conn.and_then(|c| c.0.arrived()).map_or(now, |a| a.min(now));
+    let stamps = conn.map(|c| c.0.stamps().clone());
+    ARRIVED.scope((at, stamps), next.run(req)).await
 }
 
 struct Timer(TimerFd);

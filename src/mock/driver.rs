@@ -95,6 +95,8 @@ pub(crate) fn stream<E: Encoder>(
         chunk: chunk_size(&state),
         deadline: paced.then(Instant::now),
         arrived: super::clock::arrived(),
+        stamps: super::clock::stamps(),
+        first_due: None,
         usage: (generation.prompt_tokens, generation.completion_tokens),
         guard: Some(generation.guard),
         seqs: generation.seqs,
@@ -136,10 +138,15 @@ struct Driver<E> {
     deadline: Option<Instant>,
     /// When the request arrived (the kernel's stamp of its bytes), if known.
     arrived: Option<std::time::Instant>,
+    /// The connection's stamps, and when the first token was due once they were armed for
+    /// its write: its lateness is recorded once the write is seen.
+    stamps: Option<Arc<crate::netstamp::Stamps>>,
+    first_due: Option<std::time::Instant>,
 }
 
 impl<E: Encoder> Driver<E> {
     async fn next_frame(&mut self) -> Option<Result<Bytes, std::io::Error>> {
+        self.first_written();
         self.guard.as_ref()?;
         if self.pos < self.total && self.state.wait_hold(self.pos as u32).await {
             // A paused stream resumes at its own pace rather than bursting to catch up.
@@ -219,9 +226,27 @@ impl<E: Encoder> Driver<E> {
             if due > now {
                 super::clock::sleep_until(due).await;
             }
+            // The next write on the connection is the first token's.
+            if let Some(stamps) = &self.stamps {
+                stamps.arm_send();
+                self.first_due = Some(due);
+            }
         }
         if let Some(guard) = self.guard.as_mut() {
             guard.first_token();
+        }
+    }
+
+    /// Record how late the first token was written, once its write is seen (the server
+    /// writes a chunk after the stream gave it, so it is looked for at the next chunk, and as
+    /// the stream ends).
+    fn first_written(&mut self) {
+        let (Some(due), Some(stamps)) = (self.first_due, &self.stamps) else {
+            return;
+        };
+        if let Some(sent) = stamps.sent() {
+            self.state.late.record(sent.saturating_duration_since(due));
+            self.first_due = None;
         }
     }
 

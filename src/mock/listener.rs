@@ -36,6 +36,11 @@ impl ResetOnDrop {
     pub(crate) fn arrived(&self) -> Option<std::time::Instant> {
         self.1.received()
     }
+
+    /// The connection's stamps: the mock arms them to learn when a first token left.
+    pub(crate) fn stamps(&self) -> &Arc<crate::netstamp::Stamps> {
+        &self.1
+    }
 }
 
 /// A TCP listener whose connections carry a [`ResetOnDrop`].

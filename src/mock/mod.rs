@@ -46,6 +46,7 @@ mod error;
 mod fault;
 mod generate;
 mod inject;
+mod late;
 mod listener;
 mod llamacpp;
 mod load;
@@ -61,6 +62,8 @@ mod state;
 mod tgi;
 mod tokenize;
 mod vocab;
+
+pub use late::Late;
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -263,6 +266,9 @@ pub struct MockStats {
     /// Requests waiting for one now (without the `/mock/load` addition).
     #[serde(default)]
     pub waiting: u64,
+    /// How late streams' first tokens were written, against when they were due.
+    #[serde(default)]
+    pub first_token_late: Late,
 }
 
 /// Serves the mock on `listener` until the process ends.

@@ -127,8 +127,21 @@ async fn models(State(state): State<Arc<MockState>>) -> Json<Value> {
     Json(json!({"object": "list", "data": [card]}))
 }
 
-async fn stats(State(state): State<Arc<MockState>>) -> Json<super::MockStats> {
-    Json(state.stats())
+/// `?late_last=N`: the first-token lateness of the last N streams only.
+#[derive(Deserialize)]
+struct StatsQuery {
+    late_last: Option<usize>,
+}
+
+async fn stats(
+    State(state): State<Arc<MockState>>,
+    axum::extract::Query(q): axum::extract::Query<StatsQuery>,
+) -> Json<super::MockStats> {
+    let mut stats = state.stats();
+    if q.late_last.is_some() {
+        stats.first_token_late = state.late.summary(q.late_last);
+    }
+    Json(stats)
 }
 
 #[derive(Deserialize)]

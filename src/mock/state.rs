@@ -36,6 +36,8 @@ pub struct MockState {
     /// Running cap, queue, prefix cache and the load figures.
     pub(crate) sched: Sched,
     pub(crate) metrics: MockMetrics,
+    /// How late streams' first tokens left.
+    pub(crate) late: super::late::Lateness,
 }
 
 #[derive(Default)]
@@ -68,6 +70,7 @@ impl MockState {
             served: std::sync::RwLock::new(config.model.clone()),
             sched: Sched::new(&config),
             metrics: MockMetrics::new(config.kind, &config.model),
+            late: Default::default(),
             config,
         })
     }
@@ -110,6 +113,7 @@ impl MockState {
             prefix_cache_hits: load.hits,
             running: load.running,
             waiting: load.waiting,
+            first_token_late: self.late.summary(None),
         }
     }
 

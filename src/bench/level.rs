@@ -11,7 +11,7 @@ use super::measure::failed;
 use super::observe::Observer;
 use super::report::{ErrorKind, LevelReport, RequestResult};
 use super::schedule::{replayed, Arrivals};
-use super::selfcheck::process_cpu;
+use super::selfcheck::{machine_ticks, process_cpu, Machine};
 use super::sessions::Order;
 use super::workload::{Item, Items, Workload};
 use super::{closed, multiturn, open, scrape};
@@ -165,6 +165,7 @@ pub async fn run(
     };
     open_connections(load, count, targets).await;
     let cpu_before = process_cpu();
+    let machine_before = machine_ticks();
     let level = Arc::new(Level {
         targets: targets.to_vec(),
         split: config.split,
@@ -198,6 +199,9 @@ pub async fn run(
     let cpu = cpu_before
         .zip(process_cpu())
         .map(|(a, b)| b.saturating_sub(a));
+    let machine = machine_before
+        .zip(machine_ticks())
+        .and_then(|(a, b)| Machine::between(a, b));
     let server = match (before, scraped) {
         (Some(before), Some(client)) => scrape::read(client)
             .await
@@ -217,6 +221,7 @@ pub async fn run(
         input: workload.input_lengths(),
         cpu,
         cores: tokio::runtime::Handle::current().metrics().num_workers(),
+        machine,
         server,
     };
     observer.level_done(&report);

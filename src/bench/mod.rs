@@ -51,7 +51,7 @@ pub use config::{BenchConfig, Load, Rate, Slo, Source, Split, WorkloadKind};
 pub use observe::{Observer, Quiet};
 pub use report::{ErrorKind, InputLengths, LevelReport, RequestResult};
 pub use scrape::ServerSide;
-pub use selfcheck::SelfCheck;
+pub use selfcheck::{sole_driver, SelfCheck};
 pub use summary::{Dist, Summary};
 pub use table::{render, render_detail, render_table};
 pub use turns::{Dialogue, TurnSummary};

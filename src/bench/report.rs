@@ -146,6 +146,9 @@ pub struct LevelReport {
     pub cpu: Option<Duration>,
     /// Worker threads the driver's runtime had: the CPU it could use.
     pub cores: usize,
+    /// The whole machine's CPU over the level, where this process is the driver alone
+    /// (`selfcheck::sole_driver`): a server sharing the machine ran on what the driver left.
+    pub machine: Option<super::selfcheck::Machine>,
     /// The server's own view, from its `/metrics` (with `scrape_metrics`).
     pub server: Option<super::scrape::ServerSide>,
     /// Multi-turn: (conversations, turns per conversation) of the level.
@@ -275,6 +278,7 @@ pub(crate) mod tests {
             input: InputLengths::TokenIds,
             cpu: None,
             cores: 2,
+            machine: None,
             server: None,
             dialogues: None,
         }

@@ -3,10 +3,18 @@
 //!
 //! The rule: a level is driver-bound when its send-lag p99 exceeds `LAG_LIMIT` (10 ms), or the
 //! driver's own share of the requests' time exceeds `SHARE_LIMIT` (10 %), or the driver's
-//! process used more than `CPU_LIMIT` (90 %) of the cores its runtime runs on. Each means the
-//! driver, not the server, may have set the pace, so the level's figures understate what the
-//! server can do. The CPU is the whole process's: run against a server in another process (as
-//! `lingo bench` does) for it to be the driver's alone.
+//! process used more than `CPU_LIMIT` (90 %) of the cores its runtime runs on, or the
+//! machine's cores were all busy (`MACHINE_BUSY`) while the driver took at least
+//! `MACHINE_SHARE` (a third) of them. Each means the driver, not the server, may have set the
+//! pace, so the level's figures understate what the server can do. The CPU is the whole
+//! process's: run against a server in another process (as `lingo bench` does) for it to be
+//! the driver's alone; the machine's rule applies only where the process says it is
+//! (`sole_driver`).
+//!
+//! The machine's rule is for a server on the driver's own machine: with every core busy, what
+//! the driver spends the server does not get, so a driver below its own limits can still be
+//! what holds the server back (an instant mock at 512 streams on two cores: the driver at 80%
+//! of one core, its share of the requests' time 3%, and the mock short of the rest).
 //!
 //! The share needs the kernel's receive stamps (plain `http://` targets): per request, the
 //! driver's time is its send lag plus how long the answer's last bytes waited in the socket
@@ -29,6 +37,66 @@ pub const LAG_LIMIT: Duration = Duration::from_millis(10);
 pub const CPU_LIMIT: f64 = 0.9;
 /// The driver's share of the requests' time above this marks a level as driver-bound.
 pub const SHARE_LIMIT: f64 = 0.1;
+
+/// The machine's busy fraction at or above which it counts as saturated.
+pub const MACHINE_BUSY: f64 = 0.95;
+/// The share of a saturated machine's cores the driver may use before it counts as taking
+/// them from a server on the same machine.
+pub const MACHINE_SHARE: f64 = 1.0 / 3.0;
+
+static SOLE_DRIVER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// This process is a load driver and nothing else (`lingo bench`): its CPU is the driver's,
+/// and the machine's rule applies. Tests that run a server in the driver's process leave it
+/// off.
+pub fn sole_driver() {
+    SOLE_DRIVER.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The whole machine's CPU over a level.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Machine {
+    /// The fraction of all cores' time that was not idle.
+    pub busy: f64,
+    pub cores: usize,
+}
+
+/// The machine's (busy, total) CPU ticks and its core count from `/proc/stat`, when this
+/// process is the sole driver.
+pub fn machine_ticks() -> Option<(u64, u64, usize)> {
+    if !SOLE_DRIVER.load(std::sync::atomic::Ordering::Relaxed) {
+        return None;
+    }
+    parse_proc_stat(&std::fs::read_to_string("/proc/stat").ok()?)
+}
+
+fn parse_proc_stat(stat: &str) -> Option<(u64, u64, usize)> {
+    let mut lines = stat.lines();
+    let all = lines.next()?.strip_prefix("cpu ")?;
+    let ticks: Vec<u64> = all
+        .split_ascii_whitespace()
+        .map(|f| f.parse().ok())
+        .collect::<Option<_>>()?;
+    // user nice system idle iowait irq softirq steal (guest time is inside user already).
+    let total: u64 = ticks.iter().take(8).sum();
+    let idle = ticks.get(3)? + ticks.get(4).copied().unwrap_or(0);
+    let cores = lines
+        .take_while(|l| l.starts_with("cpu"))
+        .filter(|l| l.as_bytes().get(3).is_some_and(u8::is_ascii_digit))
+        .count();
+    Some((total - idle, total, cores))
+}
+
+impl Machine {
+    pub fn between(a: (u64, u64, usize), b: (u64, u64, usize)) -> Option<Machine> {
+        let total = b.1.checked_sub(a.1).filter(|t| *t > 0)?;
+        let busy = b.0.saturating_sub(a.0);
+        Some(Machine {
+            busy: busy as f64 / total as f64,
+            cores: b.2.max(1),
+        })
+    }
+}
 
 /// USER_HZ: the unit of `/proc/self/stat` times, 100 on every Linux architecture in use.
 const TICKS_PER_SECOND: f64 = 100.0;
@@ -75,6 +143,9 @@ pub struct SelfCheck {
     pub cpu: Option<f64>,
     /// Worker threads of the driver's runtime.
     pub cores: usize,
+    /// The machine's busy fraction over the level, where measured (`sole_driver`).
+    #[serde(default)]
+    pub machine_busy: Option<f64>,
     /// Whether the driver may have set the pace, and why.
     pub driver_bound: bool,
     pub reasons: Vec<String>,
@@ -126,6 +197,7 @@ impl SelfCheck {
             driver_share: driver_share(rs),
             cpu,
             cores: level.cores,
+            machine_busy: level.machine.map(|m| m.busy),
             driver_bound: false,
             reasons: Vec::new(),
         };
@@ -152,6 +224,17 @@ impl SelfCheck {
                 limit * 100.0,
                 level.cores
             ));
+        }
+        if let (Some(m), Some(c)) = (level.machine, cpu) {
+            if m.busy >= MACHINE_BUSY && c >= MACHINE_SHARE * m.cores as f64 {
+                check.reasons.push(format!(
+                    "the machine's {} cores were {:.0}% busy and the driver used {:.0}% of them: \
+                     a server on this machine ran on what the driver left",
+                    m.cores,
+                    m.busy * 100.0,
+                    100.0 * c / m.cores as f64
+                ));
+            }
         }
         check.driver_bound = !check.reasons.is_empty();
         check
@@ -222,6 +305,46 @@ mod tests {
         let c = SelfCheck::of(&l);
         assert!(c.driver_bound);
         assert_eq!(c.reasons.len(), 2, "{:?}", c.reasons);
+    }
+
+    #[test]
+    fn a_saturated_machine_with_a_busy_driver_is_driver_bound() {
+        let rs: Vec<_> = (0..10).map(|_| ok(5, 10, 50)).collect();
+        let mut l = level(rs);
+        // 0.8 of a core over 2 s: under the process's own limit (0.9 of 2 worker cores).
+        l.cpu = Some(Duration::from_millis(1600));
+        let with = |busy: f64, cores: usize| {
+            let mut l = l.clone();
+            l.machine = Some(Machine { busy, cores });
+            SelfCheck::of(&l)
+        };
+        let c = with(0.99, 2);
+        assert!(c.driver_bound, "{c:?}");
+        assert!(
+            c.reasons[0].contains("2 cores were 99% busy"),
+            "{:?}",
+            c.reasons
+        );
+        assert_eq!(c.machine_busy, Some(0.99));
+        // Cores to spare, or a driver that took little of a busy machine: the server's pace.
+        assert!(!with(0.90, 2).driver_bound);
+        assert!(!with(0.99, 4).driver_bound);
+        assert!(
+            !SelfCheck::of(&l).driver_bound,
+            "not measured: no verdict from it"
+        );
+    }
+
+    #[test]
+    fn proc_stat_gives_busy_and_total_ticks_and_the_cores() {
+        let stat = "cpu  100 5 50 800 20 3 2 10 0 0\ncpu0 50 2 25 400 10 1 1 5 0 0\n\
+                    cpu1 50 3 25 400 10 2 1 5 0 0\nintr 1 2 3\n";
+        assert_eq!(parse_proc_stat(stat), Some((170, 990, 2)));
+        let a = (170, 990, 2);
+        let m = Machine::between(a, (170 + 95, 990 + 100, 2)).unwrap();
+        assert!((m.busy - 0.95).abs() < 1e-9 && m.cores == 2);
+        assert_eq!(Machine::between(a, a), None, "no time passed");
+        assert_eq!(parse_proc_stat("intr 1\n"), None);
     }
 
     /// A closed loop at c=512 against a fast server: each answer arrived (by the kernel's

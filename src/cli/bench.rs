@@ -323,6 +323,9 @@ async fn run_levels(args: RunArgs) -> anyhow::Result<()> {
     if let (Some(var), None) = (&args.api_key_env, &config.api_key) {
         bail!("--api-key-env: the environment variable {var} is not set");
     }
+    // This process drives and serves nothing: its CPU is the driver's, and the machine's
+    // busy cores say whether a server beside it was starved.
+    lingo::bench::sole_driver();
     let progress = Arc::new(Progress::new());
     let levels = lingo::bench::run_with(&config, progress.clone()).await?;
     progress.bar.finish_and_clear();

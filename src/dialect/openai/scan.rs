@@ -111,7 +111,15 @@ pub(super) fn chunk_after<'a>(text: &'a str, head: &mut Head) -> Option<ChunkWir
                 seen.first(3)?;
                 c.ws();
                 let start = c.at;
-                w.usage = c.nullable(usage)?;
+                // vLLM's own spelling read at once (a stream's first and last events hold
+                // it), any other by the cursor.
+                w.usage = match super::shape::vllm_usage(&c.bytes[start..]) {
+                    Some((u, len)) => {
+                        c.at += len;
+                        Some(u)
+                    }
+                    None => c.nullable(usage)?,
+                };
                 spots.usage = w.usage.is_some().then_some(start..c.at);
             }
             // An upstream's error: rare, and serde's to read.
@@ -287,6 +295,9 @@ mod tests {
         r#"{"id":"x","model":"m","choices":[{"index":1,"text":"é ünï","finish_reason":"stop","stop_reason":13,"token_ids":[1, 22,333]}]}"#,
         r#"{"id":"x","model":"m","choices":[{"index":0,"text":"","finish_reason":"stop","matched_stop":"stop-here"}]}"#,
         r#"{"id":"x","model":"m","choices":[],"usage":{"prompt_tokens":5,"completion_tokens":16,"total_tokens":21,"prompt_tokens_details":{"cached_tokens":3}}}"#,
+        // vLLM's, asked for token ids and running usage: the first event and the usage one.
+        r#"{"id":"cmpl-9","object":"text_completion","created":1,"model":"m","choices":[{"index":0,"text":" warm","logprobs":null,"finish_reason":null,"stop_reason":null,"prompt_token_ids":[43246,27879],"token_ids":[1229]}],"usage":{"prompt_tokens":2,"total_tokens":3,"completion_tokens":1,"prompt_tokens_details":null}}"#,
+        r#"{"id":"cmpl-9","object":"text_completion","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":2,"total_tokens":18,"completion_tokens":16}}"#,
         r#"{"id":"x","model":"m","choices":[{"index":0,"text":"a","logprobs":{"tokens":["a"],"token_logprobs":[-0.5],"top_logprobs":[{"a":-0.5}],"text_offset":[0]}}]}"#,
         " { \"id\" : \"x\" ,\n \"model\":\"m\",\t\"choices\" : [ { \"index\" : 0 , \"text\" : \"a\" } ] , \"extra\": {\"n\": [1.5e-3, -0, true, false, null, {}, []]} } \n",
         r#"{"id":"x","model":"m","choices":[{"index":0,"delta":{"tool_calls":[{"id":"c","function":{"arguments":"{\"a\":1}"}}]},"finish_reason":null}]}"#,

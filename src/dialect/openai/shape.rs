@@ -242,7 +242,7 @@ fn finish(bytes: &[u8]) -> Sure<(Option<&'static str>, usize)> {
 /// (or without the details), read as serde reads a `UsageWire`, and the bytes it took; any
 /// other spelling is the cursor's. Walking it member by member was a third of a translated
 /// stream's reading of each event.
-fn vllm_usage(bytes: &[u8]) -> Sure<(UsageWire, usize)> {
+pub(super) fn vllm_usage(bytes: &[u8]) -> Sure<(UsageWire, usize)> {
     let mut at = 0;
     let mut count = |key: &[u8]| -> Sure<u64> {
         bytes[at..].starts_with(key).then_some(())?;

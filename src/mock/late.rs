@@ -5,7 +5,10 @@
 //! driver shares with the mock, the mock's own lateness (its timer fired on time, but its task
 //! waited for a core, then the write) is in that difference too. `/mock/stats` reports it, so a
 //! check can tell the driver's error from the mock's; `?late_last=N` over the last N streams
-//! only (a measured level after its warmup).
+//! only (a measured level after its warmup). The write is the connection's first after the
+//! token was due: exact for HTTP/1.1, one stream at a time per connection (as load drivers and
+//! lingo's own client use the mock); on a connection carrying several streams at once
+//! (HTTP/2) it may be another stream's.
 
 use std::collections::VecDeque;
 use std::sync::Mutex;

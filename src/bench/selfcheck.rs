@@ -61,16 +61,23 @@ pub struct Machine {
     pub cores: usize,
 }
 
-/// The machine's (busy, total) CPU ticks and its core count from `/proc/stat`, when this
-/// process is the sole driver.
-pub fn machine_ticks() -> Option<(u64, u64, usize)> {
+/// The machine's CPU ticks so far (all cores), from `/proc/stat`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Ticks {
+    busy: u64,
+    total: u64,
+    cores: usize,
+}
+
+/// The machine's ticks now, when this process is the sole driver.
+pub fn machine_ticks() -> Option<Ticks> {
     if !SOLE_DRIVER.load(std::sync::atomic::Ordering::Relaxed) {
         return None;
     }
     parse_proc_stat(&std::fs::read_to_string("/proc/stat").ok()?)
 }
 
-fn parse_proc_stat(stat: &str) -> Option<(u64, u64, usize)> {
+fn parse_proc_stat(stat: &str) -> Option<Ticks> {
     let mut lines = stat.lines();
     let all = lines.next()?.strip_prefix("cpu ")?;
     let ticks: Vec<u64> = all
@@ -84,16 +91,20 @@ fn parse_proc_stat(stat: &str) -> Option<(u64, u64, usize)> {
         .take_while(|l| l.starts_with("cpu"))
         .filter(|l| l.as_bytes().get(3).is_some_and(u8::is_ascii_digit))
         .count();
-    Some((total - idle, total, cores))
+    Some(Ticks {
+        busy: total - idle,
+        total,
+        cores,
+    })
 }
 
 impl Machine {
-    pub fn between(a: (u64, u64, usize), b: (u64, u64, usize)) -> Option<Machine> {
-        let total = b.1.checked_sub(a.1).filter(|t| *t > 0)?;
-        let busy = b.0.saturating_sub(a.0);
+    pub fn between(a: Ticks, b: Ticks) -> Option<Machine> {
+        let total = b.total.checked_sub(a.total).filter(|t| *t > 0)?;
+        let busy = b.busy.saturating_sub(a.busy);
         Some(Machine {
             busy: busy as f64 / total as f64,
-            cores: b.2.max(1),
+            cores: b.cores.max(1),
         })
     }
 }
@@ -339,9 +350,14 @@ mod tests {
     fn proc_stat_gives_busy_and_total_ticks_and_the_cores() {
         let stat = "cpu  100 5 50 800 20 3 2 10 0 0\ncpu0 50 2 25 400 10 1 1 5 0 0\n\
                     cpu1 50 3 25 400 10 2 1 5 0 0\nintr 1 2 3\n";
-        assert_eq!(parse_proc_stat(stat), Some((170, 990, 2)));
-        let a = (170, 990, 2);
-        let m = Machine::between(a, (170 + 95, 990 + 100, 2)).unwrap();
+        let ticks = |busy, total| Ticks {
+            busy,
+            total,
+            cores: 2,
+        };
+        let a = ticks(170, 990);
+        assert_eq!(parse_proc_stat(stat), Some(a));
+        let m = Machine::between(a, ticks(170 + 95, 990 + 100)).unwrap();
         assert!((m.busy - 0.95).abs() < 1e-9 && m.cores == 2);
         assert_eq!(Machine::between(a, a), None, "no time passed");
         assert_eq!(parse_proc_stat("intr 1\n"), None);

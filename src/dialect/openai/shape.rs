@@ -23,7 +23,7 @@ use std::ops::Range;
 use compact_str::CompactString;
 
 use super::cursor::{plain_run, plain_uint, Cursor, Sure};
-use super::scan::{self, Spots};
+use super::scan::{self, vllm_usage, Spots};
 use super::stream::{ChunkWire, DeltaWire};
 use super::wire::{finish_from_wire, UsageWire};
 use crate::model::{Chunk, Ids};
@@ -235,41 +235,6 @@ fn finish(bytes: &[u8]) -> Sure<(Option<&'static str>, usize)> {
                 .is_some_and(|q| q.first() == Some(&b'"'))
         })?;
     Some((Some(reason), reason.len() + 2))
-}
-
-/// `usage` as vLLM spells it at every event of a stream with `continuous_usage_stats`,
-/// `{"prompt_tokens":4,"total_tokens":6,"completion_tokens":2,"prompt_tokens_details":null}`
-/// (or without the details), read as serde reads a `UsageWire`, and the bytes it took; any
-/// other spelling is the cursor's. Walking it member by member was a third of a translated
-/// stream's reading of each event.
-pub(super) fn vllm_usage(bytes: &[u8]) -> Sure<(UsageWire, usize)> {
-    let mut at = 0;
-    let mut count = |key: &[u8]| -> Sure<u64> {
-        bytes[at..].starts_with(key).then_some(())?;
-        at += key.len();
-        let (n, len) = plain_uint(&bytes[at..])?;
-        at += len;
-        Some(n)
-    };
-    let prompt_tokens = count(b"{\"prompt_tokens\":")?;
-    // Read as serde reads a field it ignores: any number, and these digits are one.
-    count(b",\"total_tokens\":")?;
-    let completion_tokens = count(b",\"completion_tokens\":")?;
-    let rest = &bytes[at..];
-    let tail: &[u8] = b",\"prompt_tokens_details\":null}";
-    let end = if rest.starts_with(tail) {
-        tail.len()
-    } else if rest.first() == Some(&b'}') {
-        1
-    } else {
-        return None;
-    };
-    let usage = UsageWire {
-        prompt_tokens,
-        completion_tokens,
-        prompt_tokens_details: None,
-    };
-    Some((usage, at + end))
 }
 
 /// A `token_ids` array as serde reads a `Vec<u32>`, in the plainest spelling only (no

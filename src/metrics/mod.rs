@@ -388,7 +388,7 @@ impl Metrics {
         let s = match &r.series {
             // Relabelled to what it had (the endpoint's group is the upstream's name): the
             // same series.
-            Some(s) if s.labels == *new => s.clone(),
+            Some(s) if s.labels.same(new) => s.clone(),
             _ => self.series.get(new),
         };
         if old.upstream != new.upstream {
@@ -405,7 +405,7 @@ impl Metrics {
     /// `relabel` (then they are looked up).
     fn with_series<T>(&self, r: &RequestRecord, f: impl FnOnce(&Series) -> T) -> T {
         match &r.series {
-            Some(s) if s.labels == r.labels => f(s),
+            Some(s) if s.labels.same(&r.labels) => f(s),
             _ => f(&self.series.get(&r.labels)),
         }
     }

@@ -45,6 +45,19 @@ pub struct Labels {
     pub model: Arc<str>,
 }
 
+impl Labels {
+    /// Equal, by pointer first: label values are shared (the endpoint's group, the model
+    /// registry's names), so the per-token check that a record's series still fits its
+    /// labels is three pointer comparisons, where comparing the strings was three `memcmp`
+    /// calls a token.
+    pub fn same(&self, other: &Labels) -> bool {
+        let str_same = |a: &str, b: &str| std::ptr::eq(a, b) || a == b;
+        str_same(self.dialect, other.dialect)
+            && str_same(&self.upstream, &other.upstream)
+            && str_same(&self.model, &other.model)
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct RequestRecord {
     pub labels: Labels,

@@ -17,7 +17,7 @@ use std::ops::Range;
 
 use smallvec::SmallVec;
 
-use super::cursor::{plain_uint, Cursor, Seen, Sure};
+use super::cursor::{begins, plain_uint, Cursor, Seen, Sure};
 use super::stream::{ChoiceWire, ChunkWire, DeltaWire};
 use super::wire::{CachedWire, UsageWire};
 
@@ -185,21 +185,14 @@ pub(super) fn usage(c: &mut Cursor<'_>) -> Sure<UsageWire> {
 /// member was a third of a translated stream's reading of each event.
 pub(super) fn vllm_usage(bytes: &[u8]) -> Sure<(UsageWire, usize)> {
     let mut at = 0;
-    let mut count = |key: &[u8]| -> Sure<u64> {
-        bytes[at..].starts_with(key).then_some(())?;
-        at += key.len();
-        let (n, len) = plain_uint(&bytes[at..])?;
-        at += len;
-        Some(n)
-    };
-    let prompt_tokens = count(b"{\"prompt_tokens\":")?;
+    let prompt_tokens = count_after(bytes, &mut at, b"{\"prompt_tokens\":")?;
     // Read as serde reads a field it ignores: any number, and these digits are one.
-    count(b",\"total_tokens\":")?;
-    let completion_tokens = count(b",\"completion_tokens\":")?;
+    count_after(bytes, &mut at, b",\"total_tokens\":")?;
+    let completion_tokens = count_after(bytes, &mut at, b",\"completion_tokens\":")?;
     let rest = &bytes[at..];
-    let tail: &[u8] = b",\"prompt_tokens_details\":null}";
-    let end = if rest.starts_with(tail) {
-        tail.len()
+    const TAIL: &[u8; 30] = b",\"prompt_tokens_details\":null}";
+    let end = if begins(rest, TAIL) {
+        TAIL.len()
     } else if rest.first() == Some(&b'}') {
         1
     } else {
@@ -211,6 +204,15 @@ pub(super) fn vllm_usage(bytes: &[u8]) -> Sure<(UsageWire, usize)> {
         prompt_tokens_details: None,
     };
     Some((usage, at + end))
+}
+
+/// The plain count after `key` at `*at`, moving `*at` past both.
+fn count_after<const N: usize>(bytes: &[u8], at: &mut usize, key: &[u8; N]) -> Sure<u64> {
+    begins(&bytes[*at..], key).then_some(())?;
+    *at += N;
+    let (n, len) = plain_uint(&bytes[*at..])?;
+    *at += len;
+    Some(n)
 }
 
 /// `prompt_tokens_details`: its `cached_tokens`, a `u64` or null.

@@ -22,7 +22,7 @@ use std::ops::Range;
 
 use compact_str::CompactString;
 
-use super::cursor::{plain_run, plain_uint, Cursor, Sure};
+use super::cursor::{begins, plain_run, plain_uint, Cursor, Sure};
 use super::scan::{self, vllm_usage, Spots};
 use super::stream::{ChunkWire, DeltaWire};
 use super::wire::{finish_from_wire, UsageWire};
@@ -223,7 +223,7 @@ fn utf8(bytes: &[u8]) -> Sure<&str> {
 /// A `finish_reason` as serde reads an `Option<Cow<str>>`: `null`, or one of the reasons
 /// servers send, spelled plainly; and the bytes it took.
 fn finish(bytes: &[u8]) -> Sure<(Option<&'static str>, usize)> {
-    if bytes.starts_with(b"null") {
+    if begins(bytes, b"null") {
         return Some((None, 4));
     }
     let quoted = bytes.strip_prefix(b"\"")?;

@@ -12,6 +12,7 @@ pub mod chat;
 pub mod completions;
 pub(crate) mod cursor;
 pub mod error;
+mod opening;
 mod scan;
 mod shape;
 pub mod stream;

@@ -29,10 +29,31 @@ use super::wire::{CachedWire, UsageWire};
 pub(super) struct Head {
     /// The bytes through `"choices":`; empty when there is none to reuse.
     bytes: Vec<u8>,
-    id: Option<Range<usize>>,
-    model: Option<Range<usize>>,
+    pub(super) id: Option<Range<usize>>,
+    pub(super) model: Option<Range<usize>>,
+    /// Where `created` lay, for a stream's opening to learn (`opening.rs`).
+    pub(super) created: Option<Range<usize>>,
     /// Where the last event's changing parts lay, for `Shape` to learn.
     pub(super) spots: Spots,
+}
+
+impl Head {
+    /// The head an event read whole would leave: its bytes through `"choices":` (`bytes`),
+    /// its `id` and `model` where they lie in them, and its changing parts at `spots`.
+    pub(super) fn of(bytes: &[u8], id: Range<usize>, model: Range<usize>, spots: Spots) -> Head {
+        Head {
+            bytes: bytes.to_vec(),
+            id: Some(id),
+            model: Some(model),
+            created: None,
+            spots,
+        }
+    }
+
+    /// The length of the head's bytes: 0 when the last event had none to reuse.
+    pub(super) fn len(&self) -> usize {
+        self.bytes.len()
+    }
 }
 
 /// Where an event's parts that change from token to token lie: its last choice's text or
@@ -53,9 +74,14 @@ pub(super) struct Spots {
     pub(super) prompt_ids: Option<Range<usize>>,
 }
 
-/// Where this event's head ended and where its `id` and `model` lie, once `choices` came
-/// with only repeated members before it.
-type HeadEnd = (usize, Option<Range<usize>>, Option<Range<usize>>);
+/// Where this event's head ended and where its `id`, `model` and `created` lie, once
+/// `choices` came with only repeated members before it.
+type HeadEnd = (
+    usize,
+    Option<Range<usize>>,
+    Option<Range<usize>>,
+    Option<Range<usize>>,
+);
 
 /// One event as serde would read it into a `ChunkWire`, or `None`.
 #[cfg(test)]
@@ -87,7 +113,7 @@ pub(super) fn chunk_after<'a>(text: &'a str, head: &mut Head) -> Option<ChunkWir
         }
     }
     // Only repeated members so far, and where `id` and `model` lie.
-    let (mut plain, mut id_at, mut model_at) = (true, None, None);
+    let (mut plain, mut id_at, mut model_at, mut created_at) = (true, None, None, None);
     let mut end: Option<HeadEnd> = None;
     let mut member = |c: &mut Cursor<'a>, key: &'a str| {
         match key {
@@ -102,7 +128,7 @@ pub(super) fn chunk_after<'a>(text: &'a str, head: &mut Head) -> Option<ChunkWir
             "choices" => {
                 seen.first(2)?;
                 if plain {
-                    end = Some((c.at, id_at.clone(), model_at.clone()));
+                    end = Some((c.at, id_at.clone(), model_at.clone(), created_at.clone()));
                 }
                 w.choices = c.array_into(|c| choice(c, &mut spots))?;
             }
@@ -124,7 +150,13 @@ pub(super) fn chunk_after<'a>(text: &'a str, head: &mut Head) -> Option<ChunkWir
             }
             // An upstream's error: rare, and serde's to read.
             "error" => return None,
-            "object" | "created" | "system_fingerprint" => c.skip_value(0)?,
+            "created" => {
+                c.ws();
+                let start = c.at;
+                c.skip_value(0)?;
+                created_at = Some(start..c.at);
+            }
+            "object" | "system_fingerprint" => c.skip_value(0)?,
             _ => {
                 plain = false;
                 c.skip_value(0)?;
@@ -150,11 +182,12 @@ pub(super) fn chunk_after<'a>(text: &'a str, head: &mut Head) -> Option<ChunkWir
         if let Some(r) = head.model.clone() {
             w.model = Cow::Borrowed(&text[r]);
         }
-    } else if let Some((at, id, model)) = end {
+    } else if let Some((at, id, model, created)) = end {
         head.bytes.clear();
         head.bytes.extend_from_slice(&c.bytes[..at]);
         head.id = id;
         head.model = model;
+        head.created = created;
     }
     head.spots = spots;
     Some(w)

@@ -30,7 +30,7 @@ use crate::model::{Chunk, Ids};
 
 /// A part of the last event that may change, and where it lay in it.
 #[derive(Debug, Clone, Copy, PartialEq)]
-enum Slot {
+pub(super) enum Slot {
     /// A string's content, between its quotes: the choice's text or delta's content.
     Text,
     /// The choice's `token_ids` array.
@@ -40,7 +40,16 @@ enum Slot {
     /// The choice's `finish_reason`: `null` in the shaped event, then `null` or one of the
     /// reasons `finish` knows (the last token's `"length"` or `"stop"`, say).
     Finish,
+    /// Only in a stream's opening (`opening.rs`), which differs from the last stream's in
+    /// these too: the event's `id` (a string's content), its `created` (a plain number)
+    /// and the choice's `prompt_token_ids` (ids in their plainest spelling, not kept).
+    Id,
+    Created,
+    PromptIds,
 }
+
+/// The most slots a shape has: one of each kind.
+pub(super) const MAX_SLOTS: usize = 7;
 
 #[derive(Debug, Default)]
 pub(super) struct Shape {
@@ -57,11 +66,12 @@ pub(super) struct Shape {
 }
 
 /// What an event had in its slots.
-struct Filled<'a> {
-    text: &'a str,
-    finish: Option<&'static str>,
-    token_ids: Option<Ids>,
-    usage: Option<UsageWire>,
+pub(super) struct Filled<'a> {
+    pub(super) id: &'a str,
+    pub(super) text: &'a str,
+    pub(super) finish: Option<&'static str>,
+    pub(super) token_ids: Option<Ids>,
+    pub(super) usage: Option<UsageWire>,
 }
 
 impl Shape {
@@ -70,8 +80,13 @@ impl Shape {
     /// every other byte equals the last event's, which was checked, and the pieces begin and
     /// end at ASCII bytes. No wire structs in between: a stream reads one of these per token.
     pub(super) fn chunk(&self, bytes: &[u8]) -> Sure<Chunk> {
-        let f = self.fill(bytes)?;
-        Some(Chunk {
+        self.fill(bytes, |_, _| {}).map(|f| self.chunk_of(f))
+    }
+
+    /// The chunk of an event whose slots held `f`.
+    #[inline]
+    pub(super) fn chunk_of(&self, f: Filled<'_>) -> Chunk {
+        Chunk {
             index: self.index,
             text: CompactString::from(f.text),
             tokens: f.token_ids.as_ref().map(|t| t.len() as u32),
@@ -79,27 +94,54 @@ impl Shape {
             finish: finish_from_wire(f.finish, None),
             logprobs: None,
             usage: f.usage.map(Into::into),
-        })
+        }
+    }
+
+    pub(super) fn index(&self) -> u32 {
+        self.index
+    }
+
+    pub(super) fn slots(&self) -> &[(Slot, Range<usize>)] {
+        &self.slots
+    }
+
+    /// A shape of `bytes` with `slots` in them (in order), for the choice `index`.
+    pub(super) fn of(bytes: Vec<u8>, slots: Vec<(Slot, Range<usize>)>, index: u32) -> Shape {
+        Shape {
+            bytes,
+            slots,
+            index,
+            cut: false,
+            keep_prompt_ids: false,
+        }
     }
 
     /// Each slot's new value, read between the last event's bytes around it. Slots begin
     /// and end at ASCII bytes (a quote, a bracket, a colon), so each one's bytes are
     /// checked as UTF-8 on their own.
-    fn fill<'a>(&self, bytes: &'a [u8]) -> Sure<Filled<'a>> {
+    /// `at` is told where each slot's value lay (its index and range), for a reader that
+    /// keeps the event's parts (`opening.rs`).
+    #[inline]
+    pub(super) fn fill<'a>(
+        &self,
+        bytes: &'a [u8],
+        mut at_slot: impl FnMut(usize, Range<usize>),
+    ) -> Sure<Filled<'a>> {
         let mut f = Filled {
+            id: "",
             text: "",
             finish: None,
             token_ids: None,
             usage: None,
         };
         let (mut at, mut old) = (0, 0);
-        for (slot, range) in &self.slots {
+        for (i, (slot, range)) in self.slots.iter().enumerate() {
             let fixed = &self.bytes[old..range.start];
             bytes[at..].starts_with(fixed).then_some(())?;
             at += fixed.len();
             old = range.end;
             let rest = &bytes[at..];
-            at += match slot {
+            let len = match slot {
                 // The text runs to the first quote or backslash; the last event's bytes
                 // after it start with a quote, so an escape here does not match them.
                 Slot::Text => {
@@ -107,6 +149,14 @@ impl Shape {
                     f.text = utf8(&rest[..len])?;
                     len
                 }
+                Slot::Id => {
+                    let len = plain_run(rest)?;
+                    f.id = utf8(&rest[..len])?;
+                    len
+                }
+                // Any number serde skips; a plain one is the only spelling read here.
+                Slot::Created => plain_uint(rest)?.1,
+                Slot::PromptIds => each_id(rest, |_| {})?,
                 Slot::Finish => {
                     let (finish, len) = finish(rest)?;
                     f.finish = finish;
@@ -129,6 +179,8 @@ impl Shape {
                     }
                 },
             };
+            at_slot(i, at..at + len);
+            at += len;
         }
         (bytes[at..] == self.bytes[old..]).then_some(f)
     }
@@ -138,23 +190,27 @@ impl Shape {
     /// shape, unless the stream has shown that its next events carry them too: a cut shape
     /// is learnt again only when an event did not match it.
     pub(super) fn learn(&mut self, text: &str, w: &ChunkWire<'_>, spots: &Spots) {
-        let Some(mut s) = shape_of(w, spots) else {
-            return;
-        };
+        if let Some(s) = shape_of(w, spots) {
+            self.take(text.as_bytes(), s, spots);
+        }
+    }
+
+    /// Keep `s`, the shape of `text` (its parts at `spots`), as `learn` keeps one.
+    pub(super) fn take(&mut self, text: &[u8], mut s: Shape, spots: &Spots) {
         let keep_prompt_ids = self.keep_prompt_ids || (self.cut && spots.prompt_ids.is_some());
         let mut bytes = std::mem::take(&mut self.bytes);
         bytes.clear();
         let cut = spots.prompt_ids.clone().filter(|_| !keep_prompt_ids);
         match &cut {
             Some(r) => {
-                bytes.extend_from_slice(&text.as_bytes()[..r.start]);
-                bytes.extend_from_slice(&text.as_bytes()[r.end..]);
+                bytes.extend_from_slice(&text[..r.start]);
+                bytes.extend_from_slice(&text[r.end..]);
                 // The slots after the cut move back by its length.
                 for (_, at) in s.slots.iter_mut().filter(|(_, at)| at.start >= r.end) {
                     *at = at.start - r.len()..at.end - r.len();
                 }
             }
-            None => bytes.extend_from_slice(text.as_bytes()),
+            None => bytes.extend_from_slice(text),
         }
         *self = Shape {
             bytes,
@@ -165,7 +221,8 @@ impl Shape {
     }
 }
 
-fn shape_of(w: &ChunkWire<'_>, spots: &Spots) -> Option<Shape> {
+/// The shape of a plain event (`w`, its parts at `spots`), its bytes left for the caller.
+pub(super) fn shape_of(w: &ChunkWire<'_>, spots: &Spots) -> Option<Shape> {
     let [c] = w.choices.as_slice() else {
         return None;
     };
@@ -190,30 +247,34 @@ fn shape_of(w: &ChunkWire<'_>, spots: &Spots) -> Option<Shape> {
         ) => at,
         _ => return None,
     };
+    // A value lingo read must have been found where it lay.
+    for (value, spot) in [
+        (c.token_ids.is_some(), &spots.token_ids),
+        (w.usage.is_some(), &spots.usage),
+    ] {
+        if value && spot.is_none() {
+            return None;
+        }
+    }
+    Some(Shape::of(Vec::new(), slots_at(text, spots), c.index))
+}
+
+/// The slots of a plain event whose text lies at `text` and its other parts at `spots`,
+/// in order.
+pub(super) fn slots_at(text: &Range<usize>, spots: &Spots) -> Vec<(Slot, Range<usize>)> {
     let mut slots = vec![(Slot::Text, text.clone())];
     // A `null` finish lingo read where it lay (absent, it has no place to change in).
-    if let Some(r) = &spots.finish {
-        slots.push((Slot::Finish, r.clone()));
-    }
-    // A value lingo read must have been found where it lay.
-    for (value, spot, slot) in [
-        (c.token_ids.is_some(), &spots.token_ids, Slot::Ids),
-        (w.usage.is_some(), &spots.usage, Slot::Usage),
+    for (spot, slot) in [
+        (&spots.finish, Slot::Finish),
+        (&spots.token_ids, Slot::Ids),
+        (&spots.usage, Slot::Usage),
     ] {
-        match (value, spot) {
-            (false, _) => {}
-            (true, Some(r)) => slots.push((slot, r.clone())),
-            (true, None) => return None,
+        if let Some(r) = spot {
+            slots.push((slot, r.clone()));
         }
     }
     slots.sort_by_key(|(_, r)| r.start);
-    Some(Shape {
-        bytes: Vec::new(),
-        slots,
-        index: c.index,
-        cut: false,
-        keep_prompt_ids: false,
-    })
+    slots
 }
 
 fn utf8(bytes: &[u8]) -> Sure<&str> {
@@ -241,18 +302,24 @@ fn finish(bytes: &[u8]) -> Sure<(Option<&'static str>, usize)> {
 /// spaces, no leading zeros), and the bytes it took; anything else is not sure.
 fn id_list(bytes: &[u8]) -> Sure<(Ids, usize)> {
     let mut ids = Ids::new();
+    let len = each_id(bytes, |id| ids.push(id))?;
+    Some((ids, len))
+}
+
+/// Each id of a plainly spelt array (as `id_list` reads it) to `each`; the bytes it took.
+fn each_id(bytes: &[u8], mut each: impl FnMut(u32)) -> Sure<usize> {
     let mut at = 1;
     (bytes.first() == Some(&b'[')).then_some(())?;
     if bytes.get(at) == Some(&b']') {
-        return Some((ids, at + 1));
+        return Some(at + 1);
     }
     loop {
         let (value, digits) = plain_uint(&bytes[at..])?;
-        ids.push(u32::try_from(value).ok()?);
+        each(u32::try_from(value).ok()?);
         at += digits;
         match bytes.get(at) {
             Some(b',') => at += 1,
-            Some(b']') => return Some((ids, at + 1)),
+            Some(b']') => return Some(at + 1),
             _ => return None,
         }
     }

@@ -8,9 +8,9 @@ use serde_json::Value;
 use smallvec::SmallVec;
 
 use super::completions_logprobs;
-use super::scan;
 use super::shape::Shape;
 use super::wire::{finish_from_wire, UsageWire};
+use super::{opening, scan};
 use crate::error::ProxyError;
 use crate::model::{Chunk, Event, Ids, Usage};
 use crate::stream::framing::{is_done_marker, Frame};
@@ -88,6 +88,13 @@ impl Decoder {
             out.push(Event::Chunk(c));
             return Ok(());
         }
+        // A stream's first is most often the last stream's first with new values.
+        if !self.started {
+            if let Some(o) = opening::open(&frame.data, self.chat) {
+                self.opened(o, &frame.data, out);
+                return Ok(());
+            }
+        }
         // The fast reader gives serde's answer when it is sure of it, else serde reads.
         let w: ChunkWire = match self.fast(&frame.data) {
             Some(w) => w,
@@ -96,6 +103,12 @@ impl Decoder {
         };
         self.wire(w, out);
         Ok(())
+    }
+
+    /// Whether `data` would be read from the stream's shape.
+    #[cfg(test)]
+    pub(super) fn shape_reads(&self, data: &[u8]) -> bool {
+        self.shape.chunk(data).is_some()
     }
 
     /// The events one read event gives.
@@ -127,12 +140,31 @@ impl Decoder {
         }
     }
 
-    /// The event as the fast reader reads it, when it is sure; it teaches the shape.
+    /// The event as the fast reader reads it, when it is sure; it teaches the shape (and a
+    /// stream's first event, the thread's opening).
     fn fast<'a>(&mut self, data: &'a [u8]) -> Option<ChunkWire<'a>> {
         let text = std::str::from_utf8(data).ok()?;
         let w = scan::chunk_after(text, &mut self.head)?;
         self.shape.learn(text, &w, &self.head.spots);
+        if !self.started {
+            opening::learn(text, &w, &self.head, self.chat);
+        }
         Some(w)
+    }
+
+    /// A first event read from the thread's opening: what `wire` gives for it, and the
+    /// head and shape reading it whole would have left.
+    fn opened(&mut self, o: opening::Opened, data: &[u8], out: &mut Vec<Event>) {
+        self.started = true;
+        out.push(Event::Start {
+            id: o.id,
+            model: o.model,
+        });
+        out.push(Event::Chunk(o.chunk));
+        if let Some(shape) = o.shape {
+            self.shape.take(data, shape, &o.head.spots);
+        }
+        self.head = o.head;
     }
 
     fn choice(&self, c: ChoiceWire<'_>, usage: Option<Usage>, out: &mut Vec<Event>) {

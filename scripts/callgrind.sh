@@ -4,7 +4,8 @@
 # `lingo mock --kind vllm`, the proxy on one worker under callgrind, and a client on one
 # keep-alive connection sending WARM requests, then N more with collection on; prints
 # instructions per request (the N's only) and the top functions by their own instructions.
-#   MODE=nonstream|stream|sglang|sglang-stream   (default nonstream)
+#   MODE=nonstream|stream|sglang|sglang-stream|chat-stream   (default nonstream; chat-stream:
+#                               /v1/chat/completions passed through)
 #   N=2000 WARM=300 TOKENS=16   LINGO=path (default: target/release/lingo, built if missing)
 #   REPLICAS=1                  more: one round-robin pool of that many mock replicas
 #   TTFT=0s ITL=0s              the mock's pacing: with ITL, every event arrives on its own

@@ -16,14 +16,15 @@ serial_setup() {
 serial_cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
 
-# Sets P and BODY for MODE (nonstream, stream, sglang, sglang-stream) and TOKENS.
+# Sets P and BODY for MODE (nonstream, stream, sglang, sglang-stream, chat-stream) and TOKENS.
 serial_request() {
   case $MODE in
     nonstream) P=/v1/completions BODY="{\"model\":\"mock-model\",\"prompt\":\"a b c d\",\"max_tokens\":$TOKENS,\"ignore_eos\":true}" ;;
     stream) P=/v1/completions BODY="{\"model\":\"mock-model\",\"prompt\":\"a b c d\",\"max_tokens\":$TOKENS,\"ignore_eos\":true,\"stream\":true}" ;;
     sglang) P=/generate BODY="{\"text\":\"a b c d\",\"sampling_params\":{\"max_new_tokens\":$TOKENS,\"ignore_eos\":true}}" ;;
     sglang-stream) P=/generate BODY="{\"text\":\"a b c d\",\"sampling_params\":{\"max_new_tokens\":$TOKENS,\"ignore_eos\":true},\"stream\":true}" ;;
-    *) echo "MODE: nonstream, stream, sglang or sglang-stream" >&2; exit 2 ;;
+    chat-stream) P=/v1/chat/completions BODY="{\"model\":\"mock-model\",\"messages\":[{\"role\":\"user\",\"content\":\"a b c d\"}],\"max_tokens\":$TOKENS,\"ignore_eos\":true,\"stream\":true}" ;;
+    *) echo "MODE: nonstream, stream, sglang, sglang-stream or chat-stream" >&2; exit 2 ;;
   esac
 }
 

@@ -20,7 +20,7 @@ use std::ops::Range;
 use super::scan::{Head, Spots};
 use super::shape::{shape_of, slots_at, Shape, Slot, MAX_SLOTS};
 use super::stream::ChunkWire;
-use crate::model::Chunk;
+use crate::model::Event;
 
 /// The most bytes an opening keeps: its event without its slots' values (a few hundred
 /// bytes for every server; a longer one, a long model name, say, is not kept).
@@ -44,13 +44,17 @@ pub(super) struct Opening {
     /// How many bytes of the `prompt_token_ids` member come before its value (its spot
     /// starts at the end of the value before it).
     prompt_lead: usize,
+    /// A chat stream's first event that only names the role (`"delta":{"role":"assistant",
+    /// "content":""}`, nothing else): it reads as the choice's `Role`, not a chunk.
+    role: bool,
 }
 
 /// A first event read from an opening.
 pub(super) struct Opened {
     pub(super) id: String,
     pub(super) model: String,
-    pub(super) chunk: Chunk,
+    /// The choice's chunk, or its `Role` (a role opening's).
+    pub(super) event: Event,
     /// The head and spots the stream's next event is read with, as reading this one whole
     /// would have left them.
     pub(super) head: Head,
@@ -66,22 +70,27 @@ pub(super) fn open(bytes: &[u8], chat: bool) -> Option<Opened> {
 }
 
 /// Keep the first event `text`, read whole into `w` with `head`, as this thread's opening
-/// when it has one: a plain event (its shape's) with a head to reuse.
+/// when it has one: a plain event (its shape's) or a chat stream's role event, with a head
+/// to reuse.
 pub(super) fn learn(text: &str, w: &ChunkWire<'_>, head: &Head, chat: bool) {
-    if let Some(o) = Opening::of(text, w, head) {
+    if let Some(o) = Opening::of(text, w, head, chat) {
         LAST.with_borrow_mut(|last| last[usize::from(chat)] = Some(o));
     }
 }
 
 impl Opening {
-    fn of(text: &str, w: &ChunkWire<'_>, head: &Head) -> Option<Opening> {
+    fn of(text: &str, w: &ChunkWire<'_>, head: &Head, chat: bool) -> Option<Opening> {
         let spots = &head.spots;
-        let shape = shape_of(w, spots)?;
+        let role = chat && is_role_only(w);
+        let (mut slots, index) = match shape_of(w, spots) {
+            Some(shape) => (shape.slots().to_vec(), shape.index()),
+            None if role => (Vec::new(), w.choices[0].index),
+            None => return None,
+        };
         let (id, model, created) = (head.id.clone()?, head.model.clone()?, head.created.clone()?);
         if head.len() == 0 || !is_plain_uint(&text.as_bytes()[created.clone()]) {
             return None;
         }
-        let mut slots = shape.slots().to_vec();
         slots.push((Slot::Id, id));
         slots.push((Slot::Created, created));
         let mut prompt_lead = 0;
@@ -110,7 +119,8 @@ impl Opening {
             model_at: to_kept(model.start)..to_kept(model.end),
             head_end: to_kept(head.len()),
             prompt_lead,
-            shape: Shape::of(kept, emptied, w.choices[0].index),
+            role,
+            shape: Shape::of(kept, emptied, index),
         })
     }
 
@@ -152,19 +162,49 @@ impl Opening {
         let head_end = here(self.head_end);
         let model = here(self.model_at.start)..here(self.model_at.end);
         let index = self.shape.index();
-        let text = text?;
-        let shape = f
-            .finish
-            .is_none()
-            .then(|| Shape::of(Vec::new(), slots_at(&text, &spots), index));
+        let id_text = f.id.to_string();
+        // A role event gives no shape, and its spots are left to the next event's reading
+        // (which sets them anew before anything reads them).
+        let (event, shape) = match self.role {
+            true => (Event::Role { index }, None),
+            false => {
+                let text = text?;
+                let shape = f
+                    .finish
+                    .is_none()
+                    .then(|| Shape::of(Vec::new(), slots_at(&text, &spots), index));
+                (Event::Chunk(self.shape.chunk_of(f)), shape)
+            }
+        };
         Some(Opened {
-            id: f.id.to_string(),
+            id: id_text,
             model: self.model.clone(),
-            chunk: self.shape.chunk_of(f),
+            event,
             head: Head::of(&bytes[..head_end], id?, model, spots),
             shape,
         })
     }
+}
+
+/// Whether `w` is a chat stream's role event and nothing else: one choice whose delta has
+/// a role and an empty content, no finish, stop, ids or logprobs, and no usage (what the
+/// decoder reads as the choice's `Role`).
+fn is_role_only(w: &ChunkWire<'_>) -> bool {
+    let [c] = w.choices.as_slice() else {
+        return false;
+    };
+    let role = c
+        .delta
+        .as_ref()
+        .is_some_and(|d| d.role.is_some() && d.content.as_deref() == Some(""));
+    role && c.text.is_none()
+        && c.finish_reason.is_none()
+        && c.stop_reason.is_none()
+        && c.matched_stop.is_none()
+        && c.token_ids.is_none()
+        && c.logprobs.is_none()
+        && w.usage.is_none()
+        && w.error.is_none()
 }
 
 /// How many bytes of slots' values lie before `at` (`slots` in order).
@@ -201,9 +241,21 @@ mod tests {
         r#"{"id":"c1","object":"text_completion","created":1,"model":"m","choices":[{"index":2,"text":"","logprobs":null,"finish_reason":null,"matched_stop":null}],"usage":null}"#,
     ];
 
+    /// Chat streams' first events: the role alone (vLLM's, and with `usage` null).
+    const CHAT_FIRSTS: &[&str] = &[
+        r#"{"id":"chatcmpl-7f","object":"chat.completion.chunk","created":1796474986,"model":"mock-model","choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}"#,
+        r#"{"id":"chatcmpl-7f","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}],"usage":null}"#,
+    ];
+
+    /// Every first event, and whether it opens a chat stream.
+    fn firsts() -> impl Iterator<Item = (&'static str, bool)> {
+        let chat = CHAT_FIRSTS.iter().map(|f| (*f, true));
+        FIRSTS.iter().map(|f| (*f, false)).chain(chat)
+    }
+
     /// What serde's reading of each event gives, through a decoder's `wire`.
-    fn by_serde(events: &[&str]) -> Option<Vec<Event>> {
-        let mut d = Decoder::new(false);
+    fn by_serde(events: &[&str], chat: bool) -> Option<Vec<Event>> {
+        let mut d = Decoder::new(chat);
         let mut out = Vec::new();
         for e in events {
             d.wire(serde_json::from_str(e).ok()?, &mut out);
@@ -212,8 +264,8 @@ mod tests {
     }
 
     /// What a new stream's decoder gives for `events`, on this thread.
-    fn by_decoder(events: &[&str]) -> Option<Vec<Event>> {
-        let mut d = Decoder::new(false);
+    fn by_decoder(events: &[&str], chat: bool) -> Option<Vec<Event>> {
+        let mut d = Decoder::new(chat);
         let mut out = Vec::new();
         for e in events {
             let frame = Frame {
@@ -228,6 +280,10 @@ mod tests {
     /// The stream that opens with `first`: its next token after it, then its last.
     fn stream(first: &str) -> [String; 3] {
         let next = without_prompt_ids(first)
+            .replace(
+                "\"role\":\"assistant\",\"content\":\"\"",
+                "\"content\":\" warm\"",
+            )
             .replace(" warm", " cold")
             .replace(" learn", " water")
             .replace(
@@ -254,6 +310,8 @@ mod tests {
     fn another(first: &str) -> String {
         first
             .replace("cmpl-4a76", "cmpl-b81f0")
+            .replace("chatcmpl-7f", "chatcmpl-80a")
+            .replace("\"created\":1796474986", "\"created\":1796474990")
             .replace("cmpl-9\"", "cmpl-10\"")
             .replace("\"created\":1796147249", "\"created\":1796147250")
             .replace("\"created\":1,", "\"created\":12,")
@@ -268,45 +326,63 @@ mod tests {
 
     #[test]
     fn a_streams_first_event_is_read_from_the_last_streams() {
-        for first in FIRSTS {
+        for (first, chat) in firsts() {
             let events = stream(first);
             let events: Vec<&str> = events.iter().map(String::as_str).collect();
             // The first stream teaches the opening.
-            assert_eq!(by_decoder(&events), by_serde(&events), "{first}");
+            assert_eq!(
+                by_decoder(&events, chat),
+                by_serde(&events, chat),
+                "{first}"
+            );
             let again = another(first);
             assert_ne!(&again, first);
             assert!(
-                open(again.as_bytes(), false).is_some(),
+                open(again.as_bytes(), chat).is_some(),
                 "not opened: {again}"
             );
             let mut next = stream(&again);
             next[1] = next[1].replace("é", " cold");
             next[2] = next[2].replace("é", " cold");
             let next: Vec<&str> = next.iter().map(String::as_str).collect();
-            assert_eq!(by_decoder(&next), by_serde(&next), "{again}");
-            // The whole stream after the opening read from shapes, as after a whole read.
-            let mut d = Decoder::new(false);
+            let read = by_decoder(&next, chat).unwrap();
+            assert_eq!(Some(&read), by_serde(&next, chat).as_ref(), "{again}");
+            let second = match chat {
+                true => matches!(read[1], Event::Role { .. }),
+                false => matches!(read[1], Event::Chunk(_)),
+            };
+            assert!(second, "{read:?}");
+            // After a completions opening, the stream's next event is read from its shape,
+            // as after a whole read.
+            let mut d = Decoder::new(chat);
             let mut out = Vec::new();
             let frame = |e: &str| Frame {
                 event: None,
                 data: bytes::Bytes::copy_from_slice(e.as_bytes()),
             };
             d.frame(&frame(next[0]), &mut out).unwrap();
-            assert!(d.shape_reads(next[1].as_bytes()), "{}", next[1]);
+            assert_eq!(d.shape_reads(next[1].as_bytes()), !chat, "{}", next[1]);
         }
     }
 
     #[test]
     fn a_chat_stream_or_another_model_is_not_read_from_a_completions_opening() {
         let first = FIRSTS[0];
-        by_decoder(&[first]).unwrap();
+        by_decoder(&[first], false).unwrap();
         assert!(open(first.as_bytes(), true).is_none());
         let other = first.replace("mock-model", "other-model");
         assert!(open(other.as_bytes(), false).is_none());
         // Read whole, it is the opening now.
-        by_decoder(&[&other]).unwrap();
+        by_decoder(&[&other], false).unwrap();
         assert!(open(other.as_bytes(), false).is_some());
         assert!(open(first.as_bytes(), false).is_none());
+        // A chat event with content is not read from a role opening.
+        by_decoder(&[CHAT_FIRSTS[0]], true).unwrap();
+        let content = CHAT_FIRSTS[0].replace(
+            "\"role\":\"assistant\",\"content\":\"\"",
+            "\"content\":\"a\"",
+        );
+        assert!(open(content.as_bytes(), true).is_none());
     }
 
     /// JSON's own characters and a few multi-byte ones, for the edits.
@@ -316,34 +392,33 @@ mod tests {
     fn a_first_event_is_never_read_from_an_opening_otherwise_than_serde_would() {
         // Bounded: 40,000 events, each a first event with random edits, anywhere or in one
         // of its slots' values; whenever the opening reads it, serde must read it the same
-        // (its start and chunk, and the stream's next event after it).
+        // (its start and chunk or role, and the stream's next event after it).
         let mut rng = StdRng::seed_from_u64(11);
+        let all: Vec<(&str, bool)> = firsts().collect();
         let mut hits = 0;
         for _ in 0..40_000 {
-            let first = FIRSTS[rng.random_range(0..FIRSTS.len())];
-            by_decoder(&[first]).unwrap();
-            let o = LAST.with_borrow(|l| l[0].as_ref().map(|o| o.shape.slots().to_vec()));
-            let slots = o.expect("an opening learnt");
+            let (first, chat) = all[rng.random_range(0..all.len())];
+            by_decoder(&[first], chat).unwrap();
+            let spans = value_spans(first);
             let next = match rng.random_bool(0.5) {
                 true => mangle(&mut rng, first, EDITS),
                 false => {
                     // A slot's value in the first event: between the fixed parts around it.
-                    let at = value_spans(first)[rng.random_range(0..slots.len())].clone();
+                    let at = spans[rng.random_range(0..spans.len())].clone();
                     mangle(&mut rng, &first[at.clone()], EDITS)
                         .map(|t| format!("{}{t}{}", &first[..at.start], &first[at.end..]))
                 }
             };
             let Some(next) = next else { continue };
-            if open(next.as_bytes(), false).is_none() {
+            if open(next.as_bytes(), chat).is_none() {
                 continue;
             }
             hits += 1;
             let second = stream(&next)[1].clone();
             let events = [next.as_str(), second.as_str()];
-            let serde = by_serde(&events);
+            let serde = by_serde(&events, chat);
             assert!(serde.is_some(), "opened what serde does not read: {next}");
-            assert_eq!(by_decoder(&events), serde, "{next}");
-            by_decoder(&[first]).unwrap();
+            assert_eq!(by_decoder(&events, chat), serde, "{next}");
         }
         assert!(hits > 3_000, "only {hits} read from the opening");
     }
@@ -354,11 +429,8 @@ mod tests {
         let w = super::super::scan::chunk_after(first, &mut head).unwrap();
         let spots = &head.spots;
         let mut spans: Vec<Range<usize>> = shape_of(&w, spots)
-            .unwrap()
-            .slots()
-            .iter()
-            .map(|(_, r)| r.clone())
-            .collect();
+            .map(|s| s.slots().iter().map(|(_, r)| r.clone()).collect())
+            .unwrap_or_default();
         spans.push(head.id.clone().unwrap());
         spans.push(head.created.clone().unwrap());
         if let Some(r) = &spots.prompt_ids {

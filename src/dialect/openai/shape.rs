@@ -83,8 +83,9 @@ impl Shape {
         self.fill(bytes, |_, _| {}).map(|f| self.chunk_of(f))
     }
 
-    /// The chunk of an event whose slots held `f`.
-    #[inline]
+    /// The chunk of an event whose slots held `f` (inlined into the per-event read: a call
+    /// moved the chunk out through memory, a hundred instructions an event).
+    #[inline(always)]
     pub(super) fn chunk_of(&self, f: Filled<'_>) -> Chunk {
         Chunk {
             index: self.index,
@@ -283,6 +284,7 @@ fn utf8(bytes: &[u8]) -> Sure<&str> {
 
 /// A `finish_reason` as serde reads an `Option<Cow<str>>`: `null`, or one of the reasons
 /// servers send, spelled plainly; and the bytes it took.
+#[inline]
 fn finish(bytes: &[u8]) -> Sure<(Option<&'static str>, usize)> {
     if begins(bytes, b"null") {
         return Some((None, 4));

@@ -160,7 +160,7 @@ impl Decoder {
             id: o.id,
             model: o.model,
         });
-        out.push(Event::Chunk(o.chunk));
+        out.push(o.event);
         if let Some(shape) = o.shape {
             self.shape.take(data, shape, &o.head.spots);
         }

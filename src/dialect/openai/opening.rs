@@ -12,7 +12,9 @@
 //!
 //! What it gives is what reading the event whole gives: the stream's start (its `id` and
 //! the opening's `model`, which lies in the bytes that matched), its chunk, and the head and
-//! spots the stream's next events are read with.
+//! spots the stream's next events are read with. A chat stream's first event names only
+//! the role and gives the choice's `Role`; its opening has no text slot and leaves the
+//! spots to the next event's reading.
 
 use std::cell::RefCell;
 use std::ops::Range;
@@ -55,8 +57,8 @@ pub(super) struct Opened {
     pub(super) model: String,
     /// The choice's chunk, or its `Role` (a role opening's).
     pub(super) event: Event,
-    /// The head and spots the stream's next event is read with, as reading this one whole
-    /// would have left them.
+    /// The head the stream's next event is read with, as reading this one whole would have
+    /// left it (for a role event, without the spots, which that reading sets first).
     pub(super) head: Head,
     /// The event's shape (its bytes for the caller to give), unless it finished the choice
     /// (a finished event gives none).

@@ -80,29 +80,56 @@ pub(super) fn learn(text: &str, w: &ChunkWire<'_>, head: &Head, chat: bool) {
     }
 }
 
+/// Where a first event read whole has the values an opening of it makes slots of.
+struct Found {
+    /// In order, each with where its value lies in the event.
+    slots: Vec<(Slot, Range<usize>)>,
+    index: u32,
+    prompt_lead: usize,
+    role: bool,
+}
+
+/// `Found` for the first event `text`, read whole into `w` with `head`, when it can be an
+/// opening: a plain event (its shape's) or a chat stream's role event, with a head to reuse
+/// and a plain `created`.
+fn found(text: &str, w: &ChunkWire<'_>, head: &Head, chat: bool) -> Option<Found> {
+    let spots = &head.spots;
+    let role = chat && is_role_only(w);
+    let (mut slots, index) = match shape_of(w, spots) {
+        Some(shape) => (shape.slots().to_vec(), shape.index()),
+        None if role => (Vec::new(), w.choices[0].index),
+        None => return None,
+    };
+    let (id, created) = (head.id.clone()?, head.created.clone()?);
+    if head.len() == 0 || !is_plain_uint(&text.as_bytes()[created.clone()]) {
+        return None;
+    }
+    slots.push((Slot::Id, id));
+    slots.push((Slot::Created, created));
+    let mut prompt_lead = 0;
+    if let Some(r) = &spots.prompt_ids {
+        // The value is the spot's end: from its `[` on.
+        prompt_lead = text.as_bytes()[r.clone()].iter().position(|&b| b == b'[')?;
+        slots.push((Slot::PromptIds, r.start + prompt_lead..r.end));
+    }
+    slots.sort_by_key(|(_, r)| r.start);
+    Some(Found {
+        slots,
+        index,
+        prompt_lead,
+        role,
+    })
+}
+
 impl Opening {
     fn of(text: &str, w: &ChunkWire<'_>, head: &Head, chat: bool) -> Option<Opening> {
-        let spots = &head.spots;
-        let role = chat && is_role_only(w);
-        let (mut slots, index) = match shape_of(w, spots) {
-            Some(shape) => (shape.slots().to_vec(), shape.index()),
-            None if role => (Vec::new(), w.choices[0].index),
-            None => return None,
-        };
-        let (id, model, created) = (head.id.clone()?, head.model.clone()?, head.created.clone()?);
-        if head.len() == 0 || !is_plain_uint(&text.as_bytes()[created.clone()]) {
-            return None;
-        }
-        slots.push((Slot::Id, id));
-        slots.push((Slot::Created, created));
-        let mut prompt_lead = 0;
-        if let Some(r) = &spots.prompt_ids {
-            // The value is the spot's end: from its `[` on.
-            let lead = text.as_bytes()[r.clone()].iter().position(|&b| b == b'[')?;
-            prompt_lead = lead;
-            slots.push((Slot::PromptIds, r.start + lead..r.end));
-        }
-        slots.sort_by_key(|(_, r)| r.start);
+        let Found {
+            slots,
+            index,
+            prompt_lead,
+            role,
+        } = found(text, w, head, chat)?;
+        let model = head.model.clone()?;
         // The kept bytes: the event's without its slots' values.
         let (mut kept, mut from) = (Vec::with_capacity(text.len()), 0);
         let mut emptied = Vec::with_capacity(slots.len());
@@ -144,12 +171,15 @@ impl Opening {
         let (mut id, mut text) = (None, None);
         for ((slot, _), value) in slots.iter().zip(at) {
             let value = Some(value.clone());
-            if *slot == Slot::Text {
-                text.clone_from(&value);
-            }
             match slot {
-                Slot::Text if chat => spots.content = value,
-                Slot::Text => spots.text = value,
+                Slot::Text => {
+                    text.clone_from(&value);
+                    *(if chat {
+                        &mut spots.content
+                    } else {
+                        &mut spots.text
+                    }) = value;
+                }
                 Slot::Ids => spots.token_ids = value,
                 Slot::Usage => spots.usage = value,
                 // The spot is that of a `null` finish only (as the whole reading keeps it).
@@ -401,7 +431,7 @@ mod tests {
         for _ in 0..40_000 {
             let (first, chat) = all[rng.random_range(0..all.len())];
             by_decoder(&[first], chat).unwrap();
-            let spans = value_spans(first);
+            let spans = value_spans(first, chat);
             let next = match rng.random_bool(0.5) {
                 true => mangle(&mut rng, first, EDITS),
                 false => {
@@ -426,23 +456,10 @@ mod tests {
     }
 
     /// Where each slot's value lies in `first` (as read whole), in the opening's order.
-    fn value_spans(first: &str) -> Vec<Range<usize>> {
+    fn value_spans(first: &str, chat: bool) -> Vec<Range<usize>> {
         let mut head = Head::default();
         let w = super::super::scan::chunk_after(first, &mut head).unwrap();
-        let spots = &head.spots;
-        let mut spans: Vec<Range<usize>> = shape_of(&w, spots)
-            .map(|s| s.slots().iter().map(|(_, r)| r.clone()).collect())
-            .unwrap_or_default();
-        spans.push(head.id.clone().unwrap());
-        spans.push(head.created.clone().unwrap());
-        if let Some(r) = &spots.prompt_ids {
-            let lead = first.as_bytes()[r.clone()]
-                .iter()
-                .position(|&b| b == b'[')
-                .unwrap();
-            spans.push(r.start + lead..r.end);
-        }
-        spans.sort_by_key(|r| r.start);
-        spans
+        let found = found(first, &w, &head, chat).unwrap();
+        found.slots.into_iter().map(|(_, r)| r).collect()
     }
 }

@@ -87,6 +87,15 @@ pub(crate) fn front(buf: &mut BytesMut, n: usize) -> Bytes {
 
 impl Chunked {
     fn decode(&mut self, buf: &mut BytesMut) -> Result<Step, &'static str> {
+        if *self == Chunked::Size {
+            // A stream waiting for its next event polls here with nothing read.
+            if buf.is_empty() {
+                return Ok(Step::NeedMore);
+            }
+            if let Some(data) = whole_chunk(buf) {
+                return Ok(Step::Data(data));
+            }
+        }
         loop {
             match self {
                 Chunked::Size => {
@@ -132,6 +141,44 @@ impl Chunked {
             }
         }
     }
+}
+
+/// A whole chunk at the start of `buf` in its plainest spelling (hex digits, CRLF, the data,
+/// CRLF), taken in one step: a stream's event is one such chunk, most often alone in its
+/// read. Its data, and the buffer left past its CRLF (the chunk before the next size line);
+/// anything else (extensions, a bare LF, a chunk still arriving, the last chunk) is the
+/// step-by-step decoder's, which words the errors.
+fn whole_chunk(buf: &mut BytesMut) -> Option<Bytes> {
+    let mut n = 0u64;
+    let mut digits = 0usize;
+    for &b in buf.iter().take(16) {
+        let v = match b {
+            b'0'..=b'9' => b - b'0',
+            b'a'..=b'f' => b - b'a' + 10,
+            b'A'..=b'F' => b - b'A' + 10,
+            _ => break,
+        };
+        n = n << 4 | u64::from(v);
+        digits += 1;
+    }
+    if digits == 0 || digits > 15 || n == 0 {
+        return None;
+    }
+    let start = digits + 2;
+    let end = start.checked_add(usize::try_from(n).ok()?)?;
+    if buf.len() < end + 2 || buf[digits..start] != *b"\r\n" || buf[end..end + 2] != *b"\r\n" {
+        return None;
+    }
+    buf.advance(start);
+    let len = end - start;
+    // Alone in the buffer (the usual read of a stream): the buffer itself, no split.
+    if buf.len() == len + 2 {
+        buf.truncate(len);
+        return Some(std::mem::take(buf).freeze());
+    }
+    let data = buf.split_to(len).freeze();
+    buf.advance(2);
+    Some(data)
 }
 
 /// The next line's length without its CRLF (or LF), and how much of `buf` it takes with
@@ -203,6 +250,32 @@ mod tests {
             assert_eq!(data, b"data: abcdefghijklmnopqrstuvwxyz", "step {step}");
             assert!(done, "step {step}");
         }
+    }
+
+    #[test]
+    fn whole_chunks_are_taken_in_one_step_and_leave_the_rest() {
+        let mut f = Framing::Chunked(Chunked::Size);
+        let mut buf = BytesMut::from(&b"5\r\nhello\r\nA\r\n0123456789\r\n3"[..]);
+        assert_eq!(f.decode(&mut buf), Ok(Step::Data(Bytes::from("hello"))));
+        assert_eq!(f, Framing::Chunked(Chunked::Size), "past the data's CRLF");
+        assert_eq!(&buf[..], b"A\r\n0123456789\r\n3");
+        assert_eq!(
+            f.decode(&mut buf),
+            Ok(Step::Data(Bytes::from("0123456789")))
+        );
+        assert_eq!(f.decode(&mut buf), Ok(Step::NeedMore));
+        // Alone in its buffer: the buffer itself is the data.
+        let mut buf = BytesMut::from(&b"2\r\nhi\r\n"[..]);
+        let at = buf.as_ptr() as usize + 3;
+        let Ok(Step::Data(d)) = f.decode(&mut buf) else {
+            panic!("no data")
+        };
+        assert_eq!((&d[..], d.as_ptr() as usize), (&b"hi"[..], at));
+        assert!(buf.is_empty());
+        // Data not followed by CRLF is still refused, after the data.
+        let mut buf = BytesMut::from(&b"2\r\nhiXY"[..]);
+        assert_eq!(f.decode(&mut buf), Ok(Step::Data(Bytes::from("hi"))));
+        assert!(f.decode(&mut buf).is_err());
     }
 
     #[test]

@@ -10,6 +10,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::task::Waker;
 use std::time::Duration;
 
 use tokio::time::{Instant, Sleep};
@@ -42,6 +43,9 @@ pub struct Timers {
     due: Instant,
     /// `drain.expired()`, made once (it says Ready again if polled after it resolved).
     expired: Expiry,
+    /// The waker `sleep` last said Pending to since it was set: the runtime keeps it until
+    /// the deadline fires it, so the same task need not ask again until then.
+    registered: Option<Waker>,
 }
 
 impl Timers {
@@ -69,6 +73,7 @@ impl Timers {
             armed: now,
             due: now,
             expired: drain.expired(),
+            registered: None,
         }
     }
 
@@ -121,6 +126,7 @@ impl Timers {
         }
         self.armed = deadline;
         self.due = deadline;
+        self.registered = None;
     }
 
     /// The armed wait's end, if it came: the timer's expiry or the shutdown deadline.
@@ -144,10 +150,29 @@ impl Timers {
     }
 
     /// Whether the sleep, if one was ever set, has ended (registering `cx` if not).
+    /// A stream polls here at every event (about 100 instructions a poll): while the sleep
+    /// holds this task's waker and has not fired, asking again could only say Pending.
     fn sleep_ended(&mut self, cx: &mut std::task::Context<'_>) -> bool {
-        self.sleep
-            .as_mut()
-            .is_some_and(|s| s.as_mut().poll(cx).is_ready())
+        let Some(sleep) = self.sleep.as_mut() else {
+            return false;
+        };
+        let held = self
+            .registered
+            .as_ref()
+            .is_some_and(|w| w.will_wake(cx.waker()));
+        if held && !sleep.is_elapsed() {
+            return false;
+        }
+        // Out of budget, tokio's sleep says Pending without taking the waker.
+        let budget = tokio::task::coop::has_budget_remaining();
+        if sleep.as_mut().poll(cx).is_ready() {
+            self.registered = None;
+            return true;
+        }
+        if !held && budget {
+            self.registered = Some(cx.waker().clone());
+        }
+        false
     }
 
     /// Until the first token its own timer is the bound (queueing and prefill may take
@@ -287,6 +312,41 @@ mod tests {
         let wait = tokio::time::timeout(Duration::from_secs(60), wait);
         let (got, ()) = tokio::join!(wait, ends);
         assert_eq!(got, Ok(Err(ProxyError::ShuttingDown)));
+    }
+
+    /// The sleep is asked only until it holds the task's waker; a poll that came when the
+    /// task's budget was spent (tokio's sleep then says Pending without taking the waker)
+    /// does not count, or a stream that went quiet would never hear its idle timer.
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_timer_asked_out_of_budget_still_fires() {
+        let d = Drain::default();
+        let mut t = Timers::start(&timeouts(100, 600, 50, None), now(), &d, true);
+        t.token_seen();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        (0..1000).for_each(|i| tx.send(i).expect("open"));
+        let mut spent_once = false;
+        let timer = t.arm_chunk(Instant::now()).expect("not draining");
+        let wait = std::future::poll_fn(|cx| {
+            if !spent_once {
+                // Spend the task's budget on a channel that always has more.
+                while tokio::task::coop::has_budget_remaining() {
+                    let _ = rx.poll_recv(cx);
+                }
+                spent_once = true;
+            }
+            match t.poll_fired(cx, timer) {
+                Poll::Ready(e) => Poll::Ready(Err::<(), _>(e)),
+                Poll::Pending => Poll::Pending,
+            }
+        });
+        let start = Instant::now();
+        let got = tokio::time::timeout(Duration::from_secs(60), wait).await;
+        assert_eq!(got, Ok(Err(ProxyError::Timeout(Timer::StreamIdle))));
+        assert!(
+            start.elapsed() < Duration::from_secs(1),
+            "{:?}",
+            start.elapsed()
+        );
     }
 }
 

@@ -40,7 +40,7 @@ git worktree add --quiet --detach "$WORK/base" "$BASE_REV"
 cp target/bench-base/release/lingo "$WORK/lingo-base"
 LINGO=$WORK/lingo
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
+. scripts/lib/ports.sh
 wait_http() { for _ in $(seq 1 200); do curl -sf "$1" >/dev/null && return 0; sleep 0.05; done; echo "not up: $1" >&2; return 1; }
 start_mock() { # port ttft itl
   LINGO_LOG=warn $LINGO mock --listen "127.0.0.1:$1" --kind vllm --ttft "$2" --itl "$3" & PIDS+=($!)

@@ -99,7 +99,7 @@ LINGO=$WORK/lingo
 
 # ---------------------------------------------------------------------------------------------
 # Processes
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
+. scripts/lib/ports.sh
 # Until a POST answers 200: a proxy is ready when it proxies, not when it listens.
 wait_post() { # url body [tries]
   for _ in $(seq 1 "${3:-400}"); do

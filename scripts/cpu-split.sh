@@ -21,7 +21,7 @@ cleanup() {
   rm -rf "$W"
 }
 trap cleanup EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
+. scripts/lib/ports.sh
 M=$(free_port) N=$(free_port) L=$(free_port)
 "$LINGO" mock --listen 127.0.0.1:$M --kind vllm >"$W/mock.log" 2>&1 & pids+=($!)
 printf '[pools.p]\nendpoints = [{ url = "http://127.0.0.1:%s", kind = "vllm" }]\n' $M >"$W/l.toml"

@@ -23,7 +23,7 @@ PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$WORK"; }
 trap cleanup EXIT
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
+. scripts/lib/ports.sh
 # Up once it answers anything over HTTP (an Ollama mock has no /health).
 wait_http() {
   for _ in $(seq 1 200); do

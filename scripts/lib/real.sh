@@ -2,7 +2,7 @@
 # scripts through lingo, the dialect tables against the real server, and the Python helpers
 # (scripts/lib/realcheck.py) on the path of the checks' own Python.
 export PYTHONPATH=scripts/lib${PYTHONPATH:+:$PYTHONPATH}
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+. "$(dirname "${BASH_SOURCE[0]}")/ports.sh"
 
 # sdk SCRIPT [ARGS...]: one of tests/python's clients through lingo ($PX, model $MODEL); a
 # failure sets rc=1, a missing SDK (exit 3) is a skip.

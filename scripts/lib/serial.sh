@@ -14,7 +14,7 @@ serial_setup() {
   trap serial_cleanup EXIT
 }
 serial_cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
+. "$(dirname "${BASH_SOURCE[0]}")/ports.sh"
 
 # Sets P and BODY for MODE (nonstream, stream, sglang, sglang-stream, chat-stream) and TOKENS.
 serial_request() {

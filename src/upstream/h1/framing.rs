@@ -145,9 +145,9 @@ impl Chunked {
 
 /// A whole chunk at the start of `buf` in its plainest spelling (hex digits, CRLF, the data,
 /// CRLF), taken in one step: a stream's event is one such chunk, most often alone in its
-/// read. Its data, and the buffer left past its CRLF (the chunk before the next size line);
-/// anything else (extensions, a bare LF, a chunk still arriving, the last chunk) is the
-/// step-by-step decoder's, which words the errors.
+/// read. Gives its data and leaves `buf` at the next size line; anything else (extensions,
+/// a bare LF, a chunk still arriving, the last chunk) is left to the step-by-step decoder,
+/// which words the errors.
 fn whole_chunk(buf: &mut BytesMut) -> Option<Bytes> {
     let mut n = 0u64;
     let mut digits = 0usize;

@@ -13,16 +13,12 @@ except OSError:
     low = 32768
 rng = random.SystemRandom()
 for _ in range(200):
-    port = rng.randrange(10000, low) if low > 11000 else 0
-    s = socket.socket()
-    try:
-        s.bind(("127.0.0.1", port))
-    except OSError:
-        continue
-    finally:
-        port = port or s.getsockname()[1]
-        s.close()
-    print(port)
-    break
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", rng.randrange(10000, low) if low > 11000 else 0))
+        except OSError:
+            continue
+        print(s.getsockname()[1])
+        break
 PY
 }

@@ -149,18 +149,8 @@ impl Chunked {
 /// a bare LF, a chunk still arriving, the last chunk) is left to the step-by-step decoder,
 /// which words the errors.
 fn whole_chunk(buf: &mut BytesMut) -> Option<Bytes> {
-    let mut n = 0u64;
-    let mut digits = 0usize;
-    for &b in buf.iter().take(16) {
-        let v = match b {
-            b'0'..=b'9' => b - b'0',
-            b'a'..=b'f' => b - b'a' + 10,
-            b'A'..=b'F' => b - b'A' + 10,
-            _ => break,
-        };
-        n = n << 4 | u64::from(v);
-        digits += 1;
-    }
+    // Within `parse_size`'s bound of 15 digits; the CRLF after them is checked below.
+    let (n, digits) = hex_prefix(buf);
     if digits == 0 || digits > 15 || n == 0 {
         return None;
     }
@@ -204,19 +194,31 @@ fn parse_size(line: &[u8]) -> Result<u64, &'static str> {
         .iter()
         .position(|&b| b == b';' || b == b' ' || b == b'\t')
         .unwrap_or(line.len());
-    let digits = &line[..end];
     // 15 hex digits stay within u64 with room to spare; more is no body anyone sends.
-    if digits.is_empty() || digits.len() > 15 {
+    if end == 0 || end > 15 {
         return Err("a chunk size is missing or too long");
     }
-    let mut n = 0u64;
-    for &d in digits {
-        let v = (d as char)
-            .to_digit(16)
-            .ok_or("a chunk size is not hexadecimal")?;
-        n = n << 4 | u64::from(v);
+    match hex_prefix(&line[..end]) {
+        (n, len) if len == end => Ok(n),
+        _ => Err("a chunk size is not hexadecimal"),
     }
-    Ok(n)
+}
+
+/// The value of the hex digits `bytes` starts with (at most 16 read), and how many there are.
+fn hex_prefix(bytes: &[u8]) -> (u64, usize) {
+    let mut n = 0u64;
+    let mut len = 0;
+    for &b in bytes.iter().take(16) {
+        let v = match b {
+            b'0'..=b'9' => b - b'0',
+            b'a'..=b'f' => b - b'a' + 10,
+            b'A'..=b'F' => b - b'A' + 10,
+            _ => break,
+        };
+        n = n << 4 | u64::from(v);
+        len += 1;
+    }
+    (n, len)
 }
 
 #[cfg(test)]

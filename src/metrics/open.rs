@@ -16,7 +16,10 @@ use super::{Labels, Metrics, Outcome, RequestRecord};
 pub type OnEnd = Box<dyn FnOnce(Outcome) + Send>;
 
 pub struct OpenRecord {
-    record: RequestRecord,
+    /// Boxed: a record is a few hundred bytes and moves through the handler, the arrival's
+    /// slot and the metered body by value; boxed, each move is a pointer, where each was a
+    /// `memcpy` (ten a request, a sixth of a non-streaming request's copying).
+    record: Box<RequestRecord>,
     metrics: Arc<Metrics>,
     done: bool,
     on_end: Option<OnEnd>,
@@ -24,7 +27,8 @@ pub struct OpenRecord {
 
 impl OpenRecord {
     /// Open a record: from now on the request is in flight until this ends, one way or another.
-    pub fn open(metrics: Arc<Metrics>, mut record: RequestRecord) -> OpenRecord {
+    pub fn open(metrics: Arc<Metrics>, record: RequestRecord) -> OpenRecord {
+        let mut record = Box::new(record);
         record.series = metrics.request_started(&record.labels);
         OpenRecord {
             record,

@@ -176,8 +176,8 @@ fn uncounted_tokens(record: &mut RequestRecord, metrics: &Metrics, reported: u64
     record.last_token = Some(at);
 }
 
-fn on_end(mut record: OpenRecord, s: Summary, metrics: &Metrics) {
-    record.ended = Some(Instant::now());
+fn on_end(mut record: OpenRecord, s: Summary, metrics: &Metrics, ended: Instant) {
+    record.ended = Some(ended);
     known_counts(&mut record, &s);
     if !s.estimated && s.error.is_none() {
         uncounted_tokens(&mut record, metrics, s.completion_tokens);
@@ -229,20 +229,19 @@ impl<S: Stream<Item = Emit>> Body for MeteredBody<S> {
                         }
                         record.estimated = p.estimated;
                     }
+                    // The clock is read at most once: a whole answer's tokens and its end
+                    // are the same moment.
+                    let mut at = at;
+                    let mut now = || *at.get_or_insert_with(Instant::now);
                     if tokens > 0 {
-                        on_tokens(
-                            record,
-                            this.metrics,
-                            tokens,
-                            at.unwrap_or_else(Instant::now),
-                        );
+                        on_tokens(record, this.metrics, tokens, now());
                     } else if record.first_token.is_some() && !bytes.is_empty() {
-                        record.last_event = Some(at.unwrap_or_else(Instant::now));
+                        record.last_event = Some(now());
                     }
                     if let Some(s) = this.whole.take() {
                         // All of a whole answer is in hand: it ends as it leaves.
                         if let Some(r) = this.record.take() {
-                            on_end(r, s, this.metrics);
+                            on_end(r, s, this.metrics, now());
                         }
                     }
                     if bytes.is_empty() {
@@ -252,7 +251,7 @@ impl<S: Stream<Item = Emit>> Body for MeteredBody<S> {
                 }
                 Poll::Ready(Some(Emit::End(summary))) => {
                     if let Some(r) = this.record.take() {
-                        on_end(r, summary, this.metrics);
+                        on_end(r, summary, this.metrics, Instant::now());
                     }
                 }
                 Poll::Ready(None) => {
@@ -262,7 +261,7 @@ impl<S: Stream<Item = Emit>> Body for MeteredBody<S> {
                         ..Summary::default()
                     };
                     if let Some(r) = this.record.take() {
-                        on_end(r, s, this.metrics);
+                        on_end(r, s, this.metrics, Instant::now());
                     }
                 }
             }

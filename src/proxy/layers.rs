@@ -16,6 +16,7 @@ use std::task::{Context, Poll};
 
 use axum::body::Body;
 use bytes::BytesMut;
+use http::header::Entry;
 use http::{HeaderName, HeaderValue, Request, Response, StatusCode};
 use tower::{Layer, Service};
 
@@ -95,11 +96,12 @@ where
     }
 
     fn call(&mut self, mut req: Request<B>) -> EdgeFuture<S::Future> {
-        let id = match req.headers().get(X_REQUEST_ID) {
-            Some(given) => given.clone(),
-            None => {
+        // One lookup each way (`entry`), where `get` then `insert` hashed the name twice.
+        let id = match req.headers_mut().entry(X_REQUEST_ID) {
+            Entry::Occupied(given) => given.get().clone(),
+            Entry::Vacant(slot) => {
                 let id = format_id(self.prefix, NEXT.fetch_add(1, Ordering::Relaxed));
-                req.headers_mut().insert(X_REQUEST_ID, id.clone());
+                slot.insert(id.clone());
                 id
             }
         };
@@ -135,8 +137,9 @@ where
             None => on_panic(),
         };
         // A handler's own id (none sets one today) is kept.
-        if !resp.headers().contains_key(X_REQUEST_ID) {
-            resp.headers_mut().insert(X_REQUEST_ID, this.id.clone());
+        if let Entry::Vacant(slot) = resp.headers_mut().entry(X_REQUEST_ID) {
+            // The future ends here: its id moves out rather than being shared once more.
+            slot.insert(std::mem::replace(this.id, HeaderValue::from_static("")));
         }
         Poll::Ready(Ok(resp))
     }

@@ -4,7 +4,7 @@ use bytes::BytesMut;
 
 use super::{anthropic, llamacpp, ollama, openai, sglang, tgi, vllm_legacy};
 use crate::error::ProxyError;
-use crate::model::{Event, MAX_CHOICES};
+use crate::model::{ChunkCounts, Event, MAX_CHOICES};
 use crate::stream::framing::Frame;
 
 /// Turns canonical events into a client dialect's stream bytes.
@@ -114,6 +114,16 @@ impl StreamDecoder {
             StreamDecoder::VllmLegacy(d) => d.frame(frame, out),
             StreamDecoder::Llamacpp(d) => d.frame(frame, out),
             StreamDecoder::Ollama(d) => d.frame(frame, out),
+        }
+    }
+
+    /// A frame's counts alone, when the decoder can read them without its events (an
+    /// OpenAI stream's shaped event): for a passthrough, which forwards the frame as it
+    /// came. `None`: decode it with `frame`, which gives the same counts.
+    pub fn counts(&self, frame: &Frame) -> Option<ChunkCounts> {
+        match self {
+            StreamDecoder::Openai(d) => d.counts(frame).filter(|c| c.index < MAX_CHOICES),
+            _ => None,
         }
     }
 

@@ -11,4 +11,4 @@ mod tally;
 pub use event::{Chunk, Event, Ids, MAX_CHOICES};
 pub use request::{Message, Prompt, Request, Role, Sampling};
 pub use response::{Choice, Finish, Response, TokenLogprob, Usage};
-pub use tally::Tally;
+pub use tally::{ChunkCounts, Tally};

@@ -1,6 +1,31 @@
 //! Token accounting over a stream: the upstream's counts where it gives them, else a count.
 
-use super::{Event, Usage};
+use super::{Chunk, Event, Usage};
+
+/// What the tally and the stream's finish read of a chunk: the chunk's own, or a
+/// passthrough event's read for them alone (`StreamDecoder::counts`), with no chunk built.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ChunkCounts {
+    pub index: u32,
+    pub tokens: Option<u32>,
+    pub usage: Option<Usage>,
+    /// The chunk has text (an empty one may still be a token: see `Tally::observe_chunk`).
+    pub has_text: bool,
+    /// The finish's label (`Finish::label`).
+    pub finish: Option<&'static str>,
+}
+
+impl ChunkCounts {
+    pub fn of(c: &Chunk) -> ChunkCounts {
+        ChunkCounts {
+            index: c.index,
+            tokens: c.tokens,
+            usage: c.usage,
+            has_text: !c.text.is_empty(),
+            finish: c.finish.as_ref().map(|f| f.label()),
+        }
+    }
+}
 
 /// Accumulates what a stream says about tokens, per choice and in total.
 #[derive(Debug, Default, Clone)]
@@ -25,34 +50,37 @@ impl Tally {
                 self.totals = Some(*u);
                 0
             }
-            Event::Chunk(c) => {
-                let slot = self.slot(c.index);
-                let new = match (c.tokens, c.usage) {
-                    (Some(n), _) => u64::from(n),
-                    // A cumulative count: whatever it adds to what is known so far (which
-                    // may have been guessed chunk by chunk; the count corrects it).
-                    (None, Some(u)) => u.completion_tokens.saturating_sub(slot.counted),
-                    // No count: one token a chunk, the guess servers' streams bear out,
-                    // with or without text (vLLM sends a token whose bytes are not yet a
-                    // whole character, and reasoning or tool-call deltas, as an empty text).
-                    // Only an empty chunk that carries the finish is none: llama.cpp sends
-                    // the finish apart from the last token.
-                    (None, None) => {
-                        let guess = u64::from(!c.text.is_empty() || c.finish.is_none());
-                        self.estimated |= guess > 0;
-                        guess
-                    }
-                };
-                let slot = self.slot(c.index);
-                slot.counted = slot.counted.saturating_add(new);
-                if let Some(u) = c.usage {
-                    slot.counted = slot.counted.max(u.completion_tokens);
-                    slot.usage = Some(u);
-                }
-                u32::try_from(new).unwrap_or(u32::MAX)
-            }
+            Event::Chunk(c) => self.observe_chunk(&ChunkCounts::of(c)),
             _ => 0,
         }
+    }
+
+    /// Account for one chunk by its counts; returns how many new output tokens it carried.
+    pub fn observe_chunk(&mut self, c: &ChunkCounts) -> u32 {
+        let slot = self.slot(c.index);
+        let new = match (c.tokens, c.usage) {
+            (Some(n), _) => u64::from(n),
+            // A cumulative count: whatever it adds to what is known so far (which
+            // may have been guessed chunk by chunk; the count corrects it).
+            (None, Some(u)) => u.completion_tokens.saturating_sub(slot.counted),
+            // No count: one token a chunk, the guess servers' streams bear out,
+            // with or without text (vLLM sends a token whose bytes are not yet a
+            // whole character, and reasoning or tool-call deltas, as an empty text).
+            // Only an empty chunk that carries the finish is none: llama.cpp sends
+            // the finish apart from the last token.
+            (None, None) => {
+                let guess = u64::from(c.has_text || c.finish.is_none());
+                self.estimated |= guess > 0;
+                guess
+            }
+        };
+        let slot = self.slot(c.index);
+        slot.counted = slot.counted.saturating_add(new);
+        if let Some(u) = c.usage {
+            slot.counted = slot.counted.max(u.completion_tokens);
+            slot.usage = Some(u);
+        }
+        u32::try_from(new).unwrap_or(u32::MAX)
     }
 
     fn slot(&mut self, index: u32) -> &mut ChoiceTally {

@@ -370,6 +370,17 @@ impl State {
         defer: bool,
     ) -> Result<Written, ProxyError> {
         self.events.clear();
+        // Passed through (as it came, or framed again): most events need only their
+        // counts, read without events. Such an event is a chunk, so never usage alone.
+        if self.passthrough() {
+            if let Some(c) = self.decoder.counts(frame) {
+                *tokens = tokens.saturating_add(self.tally.observe_chunk(&c));
+                if c.finish.is_some() {
+                    self.finish = c.finish;
+                }
+                return Ok(self.write(frame, out, defer));
+            }
+        }
         if let Err(e) = self.decoder.frame(frame, &mut self.events) {
             if !self.passthrough() {
                 return Err(e);

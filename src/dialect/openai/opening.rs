@@ -155,7 +155,7 @@ impl Opening {
 
     fn read(&self, bytes: &[u8], chat: bool) -> Option<Opened> {
         let mut values: [Range<usize>; MAX_SLOTS] = Default::default();
-        let f = self.shape.fill(bytes, |i, r| values[i] = r)?;
+        let f = self.shape.fill::<true>(bytes, |i, r| values[i] = r)?;
         let slots = self.shape.slots();
         let at = &values[..slots.len()];
         // A position in the kept bytes, in this event: after the values before it.

@@ -26,7 +26,7 @@ use super::cursor::{begins, plain_run, plain_uint, Cursor, Sure};
 use super::scan::{self, vllm_usage, Spots};
 use super::stream::{ChunkWire, DeltaWire};
 use super::wire::{finish_from_wire, UsageWire};
-use crate::model::{Chunk, Ids};
+use crate::model::{Chunk, ChunkCounts, Ids};
 
 /// A part of the last event that may change, and where it lay in it.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -68,7 +68,9 @@ pub(super) struct Shape {
 /// What an event had in its slots.
 pub(super) struct Filled<'a> {
     pub(super) id: &'a str,
+    /// The text, when `fill` was asked to keep it.
     pub(super) text: &'a str,
+    pub(super) has_text: bool,
     pub(super) finish: Option<&'static str>,
     pub(super) token_ids: Option<Ids>,
     pub(super) usage: Option<UsageWire>,
@@ -80,7 +82,23 @@ impl Shape {
     /// every other byte equals the last event's, which was checked, and the pieces begin and
     /// end at ASCII bytes. No wire structs in between: a stream reads one of these per token.
     pub(super) fn chunk(&self, bytes: &[u8]) -> Sure<Chunk> {
-        self.fill(bytes, |_, _| {}).map(|f| self.chunk_of(f))
+        self.fill::<true>(bytes, |_, _| {})
+            .map(|f| self.chunk_of(f))
+    }
+
+    /// What `chunk` would count of `bytes`, without the chunk: for a passthrough, which
+    /// forwards the event as it came and keeps only its counts. The text is checked as
+    /// UTF-8 (serde would refuse it otherwise) but not kept: no string to build, no chunk
+    /// to move through the event list (about 200 instructions an event).
+    pub(super) fn counts(&self, bytes: &[u8]) -> Sure<ChunkCounts> {
+        let f = self.fill::<false>(bytes, |_, _| {})?;
+        Some(ChunkCounts {
+            index: self.index,
+            tokens: f.token_ids.as_ref().map(|t| t.len() as u32),
+            usage: f.usage.map(Into::into),
+            has_text: f.has_text,
+            finish: finish_from_wire(f.finish, None).map(|f| f.label()),
+        })
     }
 
     /// The chunk of an event whose slots held `f` (inlined into the per-event read: a call
@@ -121,9 +139,10 @@ impl Shape {
     /// and end at ASCII bytes (a quote, a bracket, a colon), so each one's bytes are
     /// checked as UTF-8 on their own.
     /// `at` is told where each slot's value lay (its index and range), for a reader that
-    /// keeps the event's parts (`opening.rs`).
+    /// keeps the event's parts (`opening.rs`). Without `TEXT` the text is checked but not
+    /// kept (`Filled::text` stays empty).
     #[inline]
-    pub(super) fn fill<'a>(
+    pub(super) fn fill<'a, const TEXT: bool>(
         &self,
         bytes: &'a [u8],
         mut at_slot: impl FnMut(usize, Range<usize>),
@@ -131,6 +150,7 @@ impl Shape {
         let mut f = Filled {
             id: "",
             text: "",
+            has_text: false,
             finish: None,
             token_ids: None,
             usage: None,
@@ -147,7 +167,12 @@ impl Shape {
                 // after it start with a quote, so an escape here does not match them.
                 Slot::Text => {
                     let len = plain_run(rest)?;
-                    f.text = utf8(&rest[..len])?;
+                    f.has_text = len > 0;
+                    if TEXT {
+                        f.text = utf8(&rest[..len])?;
+                    } else {
+                        valid_utf8(&rest[..len])?;
+                    }
                     len
                 }
                 Slot::Id => {
@@ -282,6 +307,13 @@ fn utf8(bytes: &[u8]) -> Sure<&str> {
     std::str::from_utf8(bytes).ok()
 }
 
+/// Whether `bytes` are UTF-8, ASCII tested first: inline, a word at a time, where the
+/// library's check is a call and its setup (80 instructions for a token's few bytes).
+#[inline]
+fn valid_utf8(bytes: &[u8]) -> Sure<()> {
+    (bytes.is_ascii() || std::str::from_utf8(bytes).is_ok()).then_some(())
+}
+
 /// A `finish_reason` as serde reads an `Option<Cow<str>>`: `null`, or one of the reasons
 /// servers send, spelled plainly; and the bytes it took.
 #[inline]
@@ -358,9 +390,17 @@ mod tests {
         }
     }
 
+    /// `bytes` read from `shape`, its counts read alone agreeing with the chunk's.
+    fn read(shape: &Shape, bytes: &[u8]) -> Option<Chunk> {
+        let chunk = shape.chunk(bytes);
+        let counts = shape.counts(bytes);
+        assert_eq!(counts, chunk.as_ref().map(ChunkCounts::of), "{bytes:?}");
+        chunk
+    }
+
     /// `next` read from `shape`, as serde and the decoder read it.
     fn reads_as_serde(shape: &Shape, next: &str) {
-        let got = shape.chunk(next.as_bytes());
+        let got = read(shape, next.as_bytes());
         assert!(got.is_some(), "not read from the shape: {next}");
         assert_eq!(got, decoded(next), "{next}");
     }
@@ -398,6 +438,20 @@ mod tests {
     }
 
     #[test]
+    fn a_text_that_is_not_utf8_is_not_read_nor_counted() {
+        let shape = learnt(VLLM);
+        for text in [&b"\xff"[..], b"a\xc3", b"\xed\xa0\x80", b"\xc3\xa9\xe2\x82"] {
+            let at = VLLM.find(" warm").unwrap();
+            let next = [&VLLM.as_bytes()[..at], text, &VLLM.as_bytes()[at + 5..]].concat();
+            // serde refuses the event: the decoder's full reading must see it.
+            assert!(serde_json::from_slice::<serde_json::Value>(&next).is_err());
+            assert_eq!((read(&shape, &next), shape.counts(&next)), (None, None));
+        }
+        let next = VLLM.replace(" warm", "\u{e9}\u{20ac}");
+        assert!(shape.counts(next.as_bytes()).is_some_and(|c| c.has_text));
+    }
+
+    #[test]
     fn token_ids_after_the_text_are_read_with_it() {
         let shape = learnt(IDS);
         for ids in ["[]", "[0]", "[7,42,4294967295]", "[1111]"] {
@@ -415,7 +469,7 @@ mod tests {
             "[1",
         ] {
             let next = IDS.replace("[1111]", ids);
-            assert_eq!(shape.chunk(next.as_bytes()), None, "{next}");
+            assert_eq!(read(&shape, next.as_bytes()), None, "{next}");
         }
     }
 
@@ -444,7 +498,7 @@ mod tests {
             r#"{"prompt_tokens":4,"total_tokens":01,"completion_tokens":1}"#,
         ] {
             let next = USAGE.replace(usage, new);
-            assert_eq!(shape.chunk(next.as_bytes()), None, "{next}");
+            assert_eq!(read(&shape, next.as_bytes()), None, "{next}");
         }
     }
 
@@ -467,7 +521,7 @@ mod tests {
             ("cmpl-4a76", "cmpl-4a77"),
         ] {
             let next = VLLM.replace(old, new);
-            assert_eq!(shape.chunk(next.as_bytes()), None, "{next}");
+            assert_eq!(read(&shape, next.as_bytes()), None, "{next}");
         }
     }
 
@@ -492,7 +546,7 @@ mod tests {
         let at = next.iter().position(|&b| b == 0xc3).unwrap();
         next[at + 1] = b'x';
         assert!(std::str::from_utf8(&next).is_err());
-        assert_eq!(shape.chunk(&next), None);
+        assert_eq!(read(&shape, &next), None);
     }
 
     #[test]
@@ -515,7 +569,7 @@ mod tests {
 
     /// `shape` after the decoder failed to read `text` from it and the fast reader read it.
     fn relearn(shape: &mut Shape, text: &str) {
-        assert_eq!(shape.chunk(text.as_bytes()), None, "{text}");
+        assert_eq!(read(shape, text.as_bytes()), None, "{text}");
         let mut head = scan::Head::default();
         let w = scan::chunk_after(text, &mut head).unwrap();
         shape.learn(text, &w, &head.spots);
@@ -535,7 +589,7 @@ mod tests {
         }
         // Only its own prompt ids are left out: any others are a different event.
         let other = PROMPT.replace("[43246,27879]", "[1]");
-        assert_eq!(shape.chunk(other.as_bytes()), None);
+        assert_eq!(read(&shape, other.as_bytes()), None);
         // The prompt ids as the choice's first member: that spelling is kept whole.
         let first = PROMPT
             .replace(",\"prompt_token_ids\":[43246,27879]", "")
@@ -580,7 +634,7 @@ mod tests {
                 }
             };
             let Some(next) = next else { continue };
-            if let Some(got) = shape.chunk(next.as_bytes()) {
+            if let Some(got) = read(&shape, next.as_bytes()) {
                 hits += 1;
                 assert_eq!(Some(got), decoded(&next), "{next}");
             };

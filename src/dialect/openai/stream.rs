@@ -12,7 +12,7 @@ use super::shape::Shape;
 use super::wire::{finish_from_wire, UsageWire};
 use super::{opening, scan};
 use crate::error::ProxyError;
-use crate::model::{Chunk, Event, Ids, Usage};
+use crate::model::{Chunk, ChunkCounts, Event, Ids, Usage};
 use crate::stream::framing::{is_done_marker, Frame};
 
 // The strings borrow from the event where they can (no escapes): a stream decodes one of
@@ -103,6 +103,13 @@ impl Decoder {
         };
         self.wire(w, out);
         Ok(())
+    }
+
+    /// `frame`'s counts, when it is the stream's shape with new values (most events): what
+    /// `frame` would count of it, for a passthrough that needs no events. `None`: read it
+    /// with `frame`.
+    pub fn counts(&self, frame: &Frame) -> Option<ChunkCounts> {
+        self.shape.counts(&frame.data)
     }
 
     /// Whether `data` would be read from the stream's shape.

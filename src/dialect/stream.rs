@@ -117,12 +117,13 @@ impl StreamDecoder {
         }
     }
 
-    /// A frame's counts alone, when the decoder can read them without its events (an
+    /// A frame's counts alone (`data`, its payload), when the decoder can read them without its events (an
     /// OpenAI stream's shaped event): for a passthrough, which forwards the frame as it
     /// came. `None`: decode it with `frame`, which gives the same counts.
-    pub fn counts(&self, frame: &Frame) -> Option<ChunkCounts> {
+    #[inline]
+    pub fn counts(&self, data: &[u8]) -> Option<ChunkCounts> {
         match self {
-            StreamDecoder::Openai(d) => d.counts(frame).filter(|c| c.index < MAX_CHOICES),
+            StreamDecoder::Openai(d) => d.counts(data).filter(|c| c.index < MAX_CHOICES),
             _ => None,
         }
     }

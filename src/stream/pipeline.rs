@@ -289,6 +289,47 @@ impl State {
     }
 
     fn chunk(&mut self, data: Bytes, eof: bool) {
+        // The whole events a passthrough counts from their shape are not framed (no frames
+        // cut from the buffer for them); what follows them (most often nothing) is.
+        let (counted, counted_tokens) = self.count_whole(&data);
+        if counted_tokens > 0 {
+            self.timers.token_seen();
+        }
+        if counted == data.len() && !eof {
+            return self.emit(data, counted_tokens);
+        }
+        let (whole, rest) = match counted {
+            0 => (None, data),
+            n => {
+                let rest = data.slice(n..);
+                (Some(data), rest)
+            }
+        };
+        let (bytes, tokens, as_came, failure) = self.frame(rest, eof);
+        match whole {
+            // The counted events and the rest go on together, as they came.
+            Some(whole) if as_came => self.emit(whole, counted_tokens.saturating_add(tokens)),
+            // Still one piece: the counted events (as they came, which is how re-framing
+            // writes a whole `data: ` event) before what the rest became.
+            Some(whole) => {
+                let mut out = blocks::open(&ENCODED, counted + bytes.len());
+                out.extend_from_slice(&whole[..counted]);
+                out.extend_from_slice(&bytes);
+                let joined = blocks::close(&ENCODED, out);
+                self.emit(joined, counted_tokens.saturating_add(tokens));
+            }
+            None => self.emit(bytes, tokens),
+        }
+        match failure {
+            Some(e) => self.fail(e),
+            None if eof => self.end(),
+            None => {}
+        }
+    }
+
+    /// Frame, decode and account for `data`: the bytes to send for it, its tokens, whether
+    /// those bytes are `data` as it came, and the failure that ends the stream, if any.
+    fn frame(&mut self, data: Bytes, eof: bool) -> (Bytes, u32, bool, Option<ProxyError>) {
         let starts_whole = self.parser.between_events();
         let mut frames = FRAMES.take();
         let fed = self.parser.try_feed_bytes(data.clone(), &mut frames);
@@ -346,17 +387,39 @@ impl State {
         if tokens > 0 {
             self.timers.token_seen();
         }
-        let bytes = if raw || verbatim {
-            data
+        if raw || verbatim {
+            (data, tokens, true, failure)
         } else {
-            blocks::close(&ENCODED, out)
-        };
-        self.emit(bytes, tokens);
-        match failure {
-            Some(e) => self.fail(e),
-            None if eof => self.end(),
-            None => {}
+            (blocks::close(&ENCODED, out), tokens, false, failure)
         }
+    }
+
+    /// The whole SSE events `data` begins with that the decoder counts without events,
+    /// accounted for: the bytes they take and their tokens. Only where they would go on
+    /// as they came anyway: a passthrough that renames nothing, between events. A shaped
+    /// event is a chunk, so never one a re-framing leaves out.
+    #[inline]
+    fn count_whole(&mut self, data: &[u8]) -> (usize, u32) {
+        let verbatim = match &self.output {
+            Output::Raw | Output::Reframe { alias: None, .. } => true,
+            Output::Reframe { alias: Some(_), .. } | Output::Encode(_) => false,
+        };
+        let (mut at, mut tokens) = (0, 0u32);
+        // Only from an event's start: not after a line the parser holds.
+        if !verbatim || !self.parser.between_events() {
+            return (at, tokens);
+        }
+        while let Some(end) = self.parser.whole_event(&data[at..]) {
+            let Some(c) = self.decoder.counts(&data[at + 6..at + end]) else {
+                break;
+            };
+            tokens = tokens.saturating_add(self.tally.observe_chunk(&c));
+            if c.finish.is_some() {
+                self.finish = c.finish;
+            }
+            at += end + 2;
+        }
+        (at, tokens)
     }
 
     /// Decode, account for and write one frame. In passthrough an event lingo cannot
@@ -373,7 +436,7 @@ impl State {
         // Passed through (as it came, or framed again): most events need only their
         // counts, read without events. Such an event is a chunk, so never usage alone.
         if self.passthrough() {
-            if let Some(c) = self.decoder.counts(frame) {
+            if let Some(c) = self.decoder.counts(&frame.data) {
                 *tokens = tokens.saturating_add(self.tally.observe_chunk(&c));
                 if c.finish.is_some() {
                     self.finish = c.finish;
@@ -690,6 +753,78 @@ mod tests {
         let c = Bytes::from(token("c"));
         st.chunk(c.clone(), false);
         assert_eq!(sent_one(&mut st).as_ptr(), c.as_ptr());
+    }
+
+    /// vLLM's completions event with `text` and `finish`, framed.
+    fn vllm(text: &str, finish: &str) -> String {
+        format!(
+            "data: {{\"id\":\"cmpl-1\",\"object\":\"text_completion\",\"created\":1,\
+             \"model\":\"m\",\"choices\":[{{\"index\":0,\"text\":\"{text}\",\"logprobs\":null,\
+             \"finish_reason\":{finish},\"stop_reason\":null}}],\"usage\":null}}\n\n"
+        )
+    }
+
+    /// Every chunk through `st`: the bytes it sent and the tokens they carried.
+    fn drive(st: &mut State, chunks: &[Bytes]) -> (Vec<Bytes>, u32) {
+        let (mut sent, mut tokens) = (Vec::new(), 0);
+        for c in chunks {
+            st.chunk(c.clone(), false);
+            for e in st.queue.drain(..) {
+                if let Emit::Data {
+                    bytes, tokens: n, ..
+                } = e
+                {
+                    sent.push(bytes);
+                    tokens += n;
+                }
+            }
+        }
+        (sent, tokens)
+    }
+
+    #[tokio::test]
+    async fn whole_shaped_events_are_counted_in_place_and_the_rest_is_framed() {
+        let d = vllm(" d", "null");
+        let (d_head, d_tail) = d.split_at(30);
+        let usage = USAGE.replacen("data:", "data: ", 1);
+        let chunks = [
+            vllm(" a", "null"),
+            vllm(" b", "null") + &vllm("", "null") + d_head,
+            d_tail.to_string() + &vllm(" e", "null") + ":",
+            // After the `:` held, a comment line (`:data: ...`), not an event.
+            vllm(" x", "null"),
+            vllm(" f", "\"length\"") + &usage + "data: [DONE]\n\n",
+        ]
+        .map(Bytes::from);
+        for strip_usage in [false, true] {
+            let mut st = reframing(strip_usage);
+            if !strip_usage {
+                st.output = Output::Raw;
+            }
+            let (first, tokens) = drive(&mut st, &chunks);
+            // Byte for byte as they came; re-framed, without the usage lingo asked for
+            // (nor the comment, in a chunk that began inside an event). Every event a
+            // token, the empty text's included, the comment's not.
+            let all = chunks.concat();
+            let comment = format!(":{}", vllm(" x", "null"));
+            let want = match strip_usage {
+                true => String::from_utf8(all)
+                    .unwrap()
+                    .replace(&usage, "")
+                    .replace(&comment, ""),
+                false => String::from_utf8(all).unwrap(),
+            };
+            let sent = String::from_utf8(first.concat()).unwrap();
+            assert_eq!(sent, want, "{strip_usage}");
+            assert_eq!(tokens, 6, "{strip_usage}");
+            assert_eq!((st.finish, st.saw_end), (Some("length"), true));
+            assert_eq!(st.tally.so_far().0, Some(2), "the usage is still read");
+            // Events counted in place go on with the rest of their chunk, uncopied unless
+            // the rest was framed again.
+            assert_eq!(first[1].as_ptr() == chunks[1].as_ptr(), !strip_usage);
+            // One piece a chunk (re-framed, the comment's chunk gave none).
+            assert_eq!(first.len(), chunks.len() - usize::from(strip_usage));
+        }
     }
 
     fn sent_one(st: &mut State) -> Bytes {

@@ -90,6 +90,7 @@ impl Shape {
     /// forwards the event as it came and keeps only its counts. The text is checked as
     /// UTF-8 (serde would refuse it otherwise) but not kept: no string to build, no chunk
     /// to move through the event list (about 200 instructions an event).
+    #[inline]
     pub(super) fn counts(&self, bytes: &[u8]) -> Sure<ChunkCounts> {
         let f = self.fill::<false>(bytes, |_, _| {})?;
         Some(ChunkCounts {

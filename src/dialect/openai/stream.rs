@@ -105,11 +105,12 @@ impl Decoder {
         Ok(())
     }
 
-    /// `frame`'s counts, when it is the stream's shape with new values (most events): what
-    /// `frame` would count of it, for a passthrough that needs no events. `None`: read it
-    /// with `frame`.
-    pub fn counts(&self, frame: &Frame) -> Option<ChunkCounts> {
-        self.shape.counts(&frame.data)
+    /// A frame's counts (`data`, its payload), when it is the stream's shape with new values
+    /// (most events): what `frame` would count of it, for a passthrough that needs no
+    /// events. `None`: read it with `frame`.
+    #[inline]
+    pub fn counts(&self, data: &[u8]) -> Option<ChunkCounts> {
+        self.shape.counts(data)
     }
 
     /// Whether `data` would be read from the stream's shape.

@@ -295,31 +295,20 @@ impl State {
         if counted_tokens > 0 {
             self.timers.token_seen();
         }
-        if counted == data.len() && !eof {
-            return self.emit(data, counted_tokens);
-        }
-        let (whole, rest) = match counted {
-            0 => (None, data),
+        let (bytes, tokens, failure) = match counted {
+            n if n == data.len() && !eof => (data, counted_tokens, None),
+            0 => {
+                let (bytes, tokens, _, failure) = self.frame(data, eof);
+                (bytes, tokens, failure)
+            }
             n => {
-                let rest = data.slice(n..);
-                (Some(data), rest)
+                let (rest, tokens, as_came, failure) = self.frame(data.slice(n..), eof);
+                let tokens = tokens.saturating_add(counted_tokens);
+                (joined(data, n, rest, as_came), tokens, failure)
             }
         };
-        let (bytes, tokens, as_came, failure) = self.frame(rest, eof);
-        match whole {
-            // The counted events and the rest go on together, as they came.
-            Some(whole) if as_came => self.emit(whole, counted_tokens.saturating_add(tokens)),
-            // Still one piece: the counted events (as they came, which is how re-framing
-            // writes a whole `data: ` event) before what the rest became.
-            Some(whole) => {
-                let mut out = blocks::open(&ENCODED, counted + bytes.len());
-                out.extend_from_slice(&whole[..counted]);
-                out.extend_from_slice(&bytes);
-                let joined = blocks::close(&ENCODED, out);
-                self.emit(joined, counted_tokens.saturating_add(tokens));
-            }
-            None => self.emit(bytes, tokens),
-        }
+        // One call: a chunk is sent as one piece.
+        self.emit(bytes, tokens);
         match failure {
             Some(e) => self.fail(e),
             None if eof => self.end(),
@@ -489,6 +478,7 @@ impl State {
     }
 
     /// Count tokens and note finish reasons and the end marker.
+    #[inline]
     fn account(&mut self) -> u32 {
         // The counts are the upstream's: absurd ones saturate rather than overflow.
         let mut tokens = 0u32;
@@ -647,6 +637,20 @@ fn reframe(framing: Framing, data: &[u8], out: &mut BytesMut) {
 
 /// Whether a frame's events are only the request's usage totals (OpenAI's `choices: []`
 /// usage chunk).
+/// A chunk whose first `counted` bytes were counted in place, with `rest`, what the bytes
+/// after them became: the chunk as it came when `rest` is those bytes as they came, else
+/// the counted events (as they came, which is how re-framing writes a whole `data: `
+/// event) before `rest`, in one piece.
+fn joined(data: Bytes, counted: usize, rest: Bytes, as_came: bool) -> Bytes {
+    if as_came {
+        return data;
+    }
+    let mut out = blocks::open(&ENCODED, counted + rest.len());
+    out.extend_from_slice(&data[..counted]);
+    out.extend_from_slice(&rest);
+    blocks::close(&ENCODED, out)
+}
+
 fn is_usage_only(events: &[Event]) -> bool {
     events.iter().any(|e| matches!(e, Event::Usage(_)))
         && events

@@ -117,9 +117,9 @@ impl StreamDecoder {
         }
     }
 
-    /// A frame's counts alone (`data`, its payload), when the decoder can read them without its events (an
-    /// OpenAI stream's shaped event): for a passthrough, which forwards the frame as it
-    /// came. `None`: decode it with `frame`, which gives the same counts.
+    /// A frame's counts alone (`data`, its payload), when the decoder can read them without
+    /// its events (an OpenAI stream's shaped event): for a passthrough, which forwards the
+    /// frame as it came. `None`: decode it with `frame`, which gives the same counts.
     #[inline]
     pub fn counts(&self, data: &[u8]) -> Option<ChunkCounts> {
         match self {

@@ -70,6 +70,7 @@ pub(super) struct Filled<'a> {
     pub(super) id: &'a str,
     /// The text, when `fill` was asked to keep it.
     pub(super) text: &'a str,
+    /// The text slot held bytes (read whether or not the text was kept).
     pub(super) has_text: bool,
     pub(super) finish: Option<&'static str>,
     pub(super) token_ids: Option<Ids>,

@@ -6,6 +6,9 @@
 
 use bytes::{Buf, Bytes, BytesMut};
 
+/// What a whole SSE event's line begins with (`FrameParser::whole_event`).
+pub const SSE_DATA: &[u8] = b"data: ";
+
 /// How a stream separates its events.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Framing {
@@ -112,7 +115,7 @@ impl FrameParser {
             if let Some(end) = self.whole_event(&input) {
                 out.push(Frame {
                     event: None,
-                    data: input.slice(6..end),
+                    data: input.slice(SSE_DATA.len()..end),
                 });
                 input.advance(end + 2);
                 continue;
@@ -136,7 +139,7 @@ impl FrameParser {
     /// Where the payload ends when `input` starts with a whole `data: payload\n\n` event
     /// and none is being read: nearly every event of every server, framed with one slice
     /// instead of line by line. Anything else (CRLF, other fields, an event past the limit)
-    /// goes line by line. The payload is `input[6..end]`; the event takes `end + 2` bytes,
+    /// goes line by line. The payload is `input[SSE_DATA.len()..end]`; the event takes `end + 2` bytes,
     /// and after it the parser is between events still (a caller may take whole events
     /// itself and feed the parser the rest).
     pub fn whole_event(&self, input: &[u8]) -> Option<usize> {
@@ -144,11 +147,11 @@ impl FrameParser {
         if self.framing != Framing::Sse || !between {
             return None;
         }
-        let payload = input.strip_prefix(b"data: ")?;
+        let payload = input.strip_prefix(SSE_DATA)?;
         let len = memchr::memchr2(b'\n', 0, payload)?;
         let ends = payload[len] == b'\n' && payload.get(len + 1) == Some(&b'\n');
         let plain = !payload[..len].ends_with(b"\r") && len <= self.limit;
-        (ends && plain).then_some(6 + len)
+        (ends && plain).then_some(SSE_DATA.len() + len)
     }
 
     /// Between events: nothing of one is held (no line, no data, no `event:` name).

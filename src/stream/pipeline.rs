@@ -15,13 +15,13 @@ use futures_util::{FutureExt, Stream};
 use http_body::Body as _;
 use http_body_util::BodyExt;
 
-use super::framing::{write_ndjson, write_sse, Frame, FrameParser, Framing};
+use super::framing::{write_ndjson, write_sse, Frame, FrameParser, Framing, SSE_DATA};
 use super::timers::Timers;
 use crate::blocks;
 use crate::dialect::{Dialect, StreamDecoder, StreamEncoder};
 use crate::error::{ProxyError, Source};
 use crate::metrics::{Emit, Outcome, Progress, Summary};
-use crate::model::{Event, Tally};
+use crate::model::{ChunkCounts, Event, Tally};
 use crate::upstream::{BodyError, UpstreamBody};
 
 /// What to send the client for each upstream chunk.
@@ -399,13 +399,10 @@ impl State {
             return (at, tokens);
         }
         while let Some(end) = self.parser.whole_event(&data[at..]) {
-            let Some(c) = self.decoder.counts(&data[at + 6..at + end]) else {
+            let Some(c) = self.decoder.counts(&data[at + SSE_DATA.len()..at + end]) else {
                 break;
             };
-            tokens = tokens.saturating_add(self.tally.observe_chunk(&c));
-            if c.finish.is_some() {
-                self.finish = c.finish;
-            }
+            tokens = tokens.saturating_add(self.count(&c));
             at += end + 2;
         }
         (at, tokens)
@@ -426,10 +423,7 @@ impl State {
         // counts, read without events. Such an event is a chunk, so never usage alone.
         if self.passthrough() {
             if let Some(c) = self.decoder.counts(&frame.data) {
-                *tokens = tokens.saturating_add(self.tally.observe_chunk(&c));
-                if c.finish.is_some() {
-                    self.finish = c.finish;
-                }
+                *tokens = tokens.saturating_add(self.count(&c));
                 return Ok(self.write(frame, out, defer));
             }
         }
@@ -475,6 +469,14 @@ impl State {
             Event::Error { message } => Some(message.clone()),
             _ => None,
         })
+    }
+
+    /// Account for a chunk read for its counts alone, as `account` does for its event.
+    fn count(&mut self, c: &ChunkCounts) -> u32 {
+        if c.finish.is_some() {
+            self.finish = c.finish;
+        }
+        self.tally.observe_chunk(c)
     }
 
     /// Count tokens and note finish reasons and the end marker.
@@ -635,8 +637,6 @@ fn reframe(framing: Framing, data: &[u8], out: &mut BytesMut) {
     }
 }
 
-/// Whether a frame's events are only the request's usage totals (OpenAI's `choices: []`
-/// usage chunk).
 /// A chunk whose first `counted` bytes were counted in place, with `rest`, what the bytes
 /// after them became: the chunk as it came when `rest` is those bytes as they came, else
 /// the counted events (as they came, which is how re-framing writes a whole `data: `
@@ -651,6 +651,8 @@ fn joined(data: Bytes, counted: usize, rest: Bytes, as_came: bool) -> Bytes {
     blocks::close(&ENCODED, out)
 }
 
+/// Whether a frame's events are only the request's usage totals (OpenAI's `choices: []`
+/// usage chunk).
 fn is_usage_only(events: &[Event]) -> bool {
     events.iter().any(|e| matches!(e, Event::Usage(_)))
         && events

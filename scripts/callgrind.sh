@@ -15,6 +15,13 @@
 #                               every 250 ms per endpoint, so under callgrind's slowdown their
 #                               share of a count grows with the run's wall time (about 4% of a
 #                               paced request); off, counts from runs of different speed agree
+#   CONC=0                      more: `lingo bench` keeps CONC requests in flight on CONC
+#                               connections (WARM, then N of them), not one request after
+#                               another, with its own bodies (4 prompt token ids; streams
+#                               ask for token ids and usage on every event, as in
+#                               bench-peers.sh's realistic part). Costs only concurrency
+#                               brings show (a fleet's endpoints, several streams' events in
+#                               one wake-up), and the count still repeats within about 0.5%
 #   PROXY=lingo|nginx           nginx: the same load through nginx (one worker process,
 #                               bench-peers.sh's proxy settings), the yardstick for lingo's
 #                               figures; MODE nonstream or stream only
@@ -25,7 +32,7 @@ cd "$(dirname "$0")/.."
 . scripts/lib/nginx.sh
 . scripts/lib/serial.sh
 MODE=${MODE:-nonstream} N=${N:-2000} WARM=${WARM:-300} TOKENS=${TOKENS:-16} LOAD_POLL=${LOAD_POLL:-1}
-REPLICAS=${REPLICAS:-1} TTFT=${TTFT:-0s} ITL=${ITL:-0s} PROXY=${PROXY:-lingo}
+REPLICAS=${REPLICAS:-1} TTFT=${TTFT:-0s} ITL=${ITL:-0s} PROXY=${PROXY:-lingo} CONC=${CONC:-0}
 serial_setup
 
 LPORT=$(free_port)
@@ -60,14 +67,35 @@ pids+=($VG)
 serial_request
 serial_ready "$LPORT"
 
-serial_drive "$LPORT" "$WARM"
+# CONC: the MODE's route and stream flag as `lingo bench` speaks them.
+concurrent() { # requests
+  local args=(--dialect openai-completions)
+  case $MODE in
+    sglang*) args=(--dialect sglang) ;;
+    chat-stream) args=(--dialect openai-chat) ;;
+  esac
+  case $MODE in nonstream | sglang) args+=(--no-stream) ;; esac
+  "$LINGO" bench --url "http://127.0.0.1:$LPORT" "${args[@]}" --model mock-model \
+    --concurrency "$CONC" --requests-per-level "$1" --warmup 0 --input-len 4 \
+    --output-len "$TOKENS" --duration 600s --timeout 120s --json "$OUT/bench.json" \
+    >/dev/null 2>"$OUT/bench.err"
+  python3 - "$OUT/bench.json" "$1" "$TOKENS" <<'PY'
+import json, sys
+l = json.load(open(sys.argv[1]))["levels"][0]
+if l["ok"] != int(sys.argv[2]) or l["tokens"] != l["ok"] * int(sys.argv[3]):
+    sys.exit(f"bench: {l['ok']} ok, {l['fail']} failed, {l['tokens']} tokens: {l.get('errors', [])[:2]}")
+PY
+}
+drive() { if [ "$CONC" -gt 0 ]; then concurrent "$1"; else serial_drive "$LPORT" "$1"; fi; }
+
+drive "$WARM"
 callgrind_control -i on "$VG" >/dev/null 2>&1
-serial_drive "$LPORT" "$N"
+drive "$N"
 callgrind_control -i off "$VG" >/dev/null 2>&1
 # Instrumentation off: the profile valgrind writes as the proxy exits holds the N requests only.
 kill "$VG"; wait "$VG" 2>/dev/null || true
 dump=$OUT/callgrind.out
 total=$(callgrind_annotate "$dump" 2>/dev/null | awk '/PROGRAM TOTALS/ && !t {gsub(",","",$1); t=$1} END {print t}')
-echo "proxy=$PROXY mode=$MODE replicas=$REPLICAS requests=$N tokens=$TOKENS ttft=$TTFT itl=$ITL instructions=$total per_request=$((total / N)) per_token=$((total / N / TOKENS))"
+echo "proxy=$PROXY mode=$MODE replicas=$REPLICAS conc=$CONC requests=$N tokens=$TOKENS ttft=$TTFT itl=$ITL instructions=$total per_request=$((total / N)) per_token=$((total / N / TOKENS))"
 callgrind_annotate --threshold=80 "$dump" 2>/dev/null | sed -n '/file:function/,$p' | sed -n 1,30p
 echo "profile: $dump"

@@ -7,7 +7,8 @@
 #    direct, nginx, sglang-router, vllm-router, lingo passthrough (OpenAI completions to the
 #    vLLM upstream), lingo translation (an SGLang /generate body to the same upstream), and lingo
 #    in front of a pool of four mock replicas (round robin) in both routes, beside lingo's pool
-#    of one. Rounds alternate (every path once per round, same order) so drift hits all alike.
+#    of one. Rounds alternate (every path once per round, the order reversed every other
+#    round) so drift, and a path's place after another, weigh on all alike.
 #    Each run prints req/s, latency p50/p99 and the proxy's CPU per request: user+sys time from
 #    /proc of every process of the proxy (nginx's master and workers, a router and its children),
 #    before and after, over requests completed.
@@ -225,6 +226,13 @@ start_paths() { # tag: uses MOCK_PORTS
   done
   PATHS=("${ok[@]}")
 }
+# PATHS in round $1's order: reversed in even rounds, so no path always runs right after
+# another (lingo after nginx, the fleet after the pool of one).
+round_order() {
+  local i
+  if (($1 % 2)); then printf '%s\n' "${PATHS[@]}"
+  else for ((i = ${#PATHS[@]} - 1; i >= 0; i--)); do printf '%s\n' "${PATHS[$i]}"; done; fi
+}
 stop_paths() {
   local p pids=()
   for p in "${PATHS[@]}"; do if [ -n "${PID[$p]}" ]; then pids+=("${PID[$p]}"); fi; done
@@ -285,7 +293,7 @@ PY
   printf '%-5s %-10s %-28s %9s %8s %8s %11s %6s\n' round mode path "req/s" "p50 ms" "p99 ms" "CPU µs/req" errors
   for r in $(seq 1 "$ROUNDS"); do
     for mode in non-stream stream; do
-      for p in "${PATHS[@]}"; do
+      for p in $(round_order "$r"); do
         body=$(body_for "$p" "$mode")
         read -r rps p50 p99 cpu errs < <(run_wrk "$p" "$body" "$DURATION")
         printf '%-5s %-10s %-28s %9s %8s %8s %11s %6s\n' "$r" "$mode" "${NAME[$p]}" "$rps" "$p50" "$p99" "$cpu" "$errs"
@@ -362,7 +370,7 @@ PY
   local p r before after
   printf '%-5s %-28s %9s %12s %14s %10s %s\n' round path "tok/s" "TTFT p50 ms" "CPU µs/token" tokens notes
   for r in $(seq 1 "$ROUNDS"); do
-    for p in "${PATHS[@]}"; do
+    for p in $(round_order "$r"); do
       local dialect=openai-completions; [ "${DIALECT[$p]}" = sgl ] && dialect=sglang
       before=0; after=0
       if [ -n "${PID[$p]}" ]; then before=$(ticks "${PID[$p]}"); fi

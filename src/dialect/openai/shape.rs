@@ -22,7 +22,7 @@ use std::ops::Range;
 
 use compact_str::CompactString;
 
-use super::cursor::{begins, plain_run, plain_uint, Cursor, Sure};
+use super::cursor::{begins, each_plain_id, plain_run, plain_uint, Cursor, Sure};
 use super::scan::{self, vllm_usage, Spots};
 use super::stream::{ChunkWire, DeltaWire};
 use super::wire::{finish_from_wire, UsageWire};
@@ -184,7 +184,7 @@ impl Shape {
                 }
                 // Any number serde skips; a plain one is the only spelling read here.
                 Slot::Created => plain_uint(rest)?.1,
-                Slot::PromptIds => each_id(rest, |_| {})?,
+                Slot::PromptIds => each_plain_id(rest, |_| {})?,
                 Slot::Finish => {
                     let (finish, len) = finish(rest)?;
                     f.finish = finish;
@@ -338,27 +338,8 @@ fn finish(bytes: &[u8]) -> Sure<(Option<&'static str>, usize)> {
 /// spaces, no leading zeros), and the bytes it took; anything else is not sure.
 fn id_list(bytes: &[u8]) -> Sure<(Ids, usize)> {
     let mut ids = Ids::new();
-    let len = each_id(bytes, |id| ids.push(id))?;
+    let len = each_plain_id(bytes, |id| ids.push(id))?;
     Some((ids, len))
-}
-
-/// Each id of a plainly spelt array (as `id_list` reads it) to `each`; the bytes it took.
-fn each_id(bytes: &[u8], mut each: impl FnMut(u32)) -> Sure<usize> {
-    let mut at = 1;
-    (bytes.first() == Some(&b'[')).then_some(())?;
-    if bytes.get(at) == Some(&b']') {
-        return Some(at + 1);
-    }
-    loop {
-        let (value, digits) = plain_uint(&bytes[at..])?;
-        each(u32::try_from(value).ok()?);
-        at += digits;
-        match bytes.get(at) {
-            Some(b',') => at += 1,
-            Some(b']') => return Some(at + 1),
-            _ => return None,
-        }
-    }
 }
 
 #[cfg(test)]

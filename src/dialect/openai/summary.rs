@@ -128,8 +128,7 @@ fn message(c: &mut Cursor<'_>) -> Sure<()> {
 
 /// A list of `u32` token ids: how many.
 fn token_ids(c: &mut Cursor<'_>) -> Sure<u64> {
-    let ids = c.array(|c| c.u32().map(drop))?;
-    Some(ids.len() as u64)
+    c.id_count()
 }
 
 /// A completions response as serde's `completions::decode_response` reads it.

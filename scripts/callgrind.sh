@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Instructions per request in `lingo serve` (or in nginx, PROXY=nginx), by callgrind:
-# repeatable on a shared, noisy machine where req/s and CPU time are not. One instant
+# repeatable on a shared, noisy machine where req/s and CPU time are not, as long as nothing
+# takes both cores beside it (a build or a test run moves how events batch, and the counts
+# with them: -7% for a paced stream, +3% non-streaming, measured). One instant
 # `lingo mock --kind vllm`, the proxy on one worker under callgrind, and a client on one
 # keep-alive connection sending WARM requests, then N more with collection on; prints
 # instructions per request (the N's only) and the top functions by their own instructions.

@@ -3,10 +3,8 @@
 //! is still made the first time it is used, as the lookup made it, so no series shows on
 //! `/metrics` before it did.
 
-use std::cell::RefCell;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use prometheus::{Histogram, IntCounter, IntGauge};
@@ -67,43 +65,9 @@ impl Series {
 }
 
 /// The label sets met so far and their series.
+#[derive(Default)]
 pub(super) struct SeriesCache {
-    /// Tells this cache's series apart from another's in a thread's `RECENT` (an app's
-    /// metrics, of which tests make many in one thread).
-    id: u64,
     sets: Mutex<HashMap<Labels, Arc<Series>, BuildHasherDefault<Fx>>>,
-}
-
-impl Default for SeriesCache {
-    fn default() -> SeriesCache {
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        SeriesCache {
-            id: NEXT.fetch_add(1, Ordering::Relaxed),
-            sets: Mutex::default(),
-        }
-    }
-}
-
-/// Series a thread looked up last, most recent in any slot.
-const RECENT: usize = 4;
-
-/// The series this thread met last, with their cache's id, and the slot to fill next. A
-/// worker serves most requests under the few label sets it met last (a request looks up
-/// two: its labels on arrival and once its model is known); found here they take no hash
-/// and no lock, where the workers' shared map cost each lookup about 280 instructions and
-/// its lock's cache line moving between cores.
-struct Recent {
-    slots: [Option<(u64, Arc<Series>)>; RECENT],
-    next: usize,
-}
-
-thread_local! {
-    static RECENT_SERIES: RefCell<Recent> = const {
-        RefCell::new(Recent {
-            slots: [const { None }; RECENT],
-            next: 0,
-        })
-    };
 }
 
 /// FxHash (rustc's own hasher), a word at a time: label values come from closed sets, not
@@ -142,32 +106,6 @@ impl Hasher for Fx {
 impl SeriesCache {
     /// `labels`' series: the kept one, else a new one, kept while there is room.
     pub(super) fn get(&self, labels: &Labels) -> Arc<Series> {
-        if let Some(s) = self.recent(labels) {
-            return s;
-        }
-        let s = self.lookup(labels);
-        RECENT_SERIES.with(|r| {
-            let mut r = r.borrow_mut();
-            let at = r.next;
-            r.slots[at] = Some((self.id, s.clone()));
-            r.next = (at + 1) % RECENT;
-        });
-        s
-    }
-
-    /// `labels`' series if this thread met it last (`RECENT_SERIES`).
-    fn recent(&self, labels: &Labels) -> Option<Arc<Series>> {
-        RECENT_SERIES.with(|r| {
-            r.borrow()
-                .slots
-                .iter()
-                .flatten()
-                .find(|(id, s)| *id == self.id && s.labels.same(labels))
-                .map(|(_, s)| s.clone())
-        })
-    }
-
-    fn lookup(&self, labels: &Labels) -> Arc<Series> {
         let mut sets = self.sets.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(s) = sets.get(labels) {
             return s.clone();
@@ -242,25 +180,6 @@ mod tests {
         assert!(m
             .render()
             .contains("lingo_requests_in_flight{upstream=\"u\"} 0"));
-    }
-
-    #[test]
-    fn apps_in_one_thread_count_under_their_own_series() {
-        // A thread's recent series are told apart by their cache: the same labels in two
-        // apps' metrics count in each one's own.
-        let (one, two) = (Arc::new(Metrics::new()), Arc::new(Metrics::new()));
-        open(&one, "a").finish();
-        open(&two, "a").finish();
-        open(&two, "a").finish();
-        let count = |m: &Metrics| {
-            let ok = "model=\"a\",outcome=\"ok\",upstream=\"u\"}";
-            m.render()
-                .lines()
-                .find(|l| l.starts_with("lingo_requests_total") && l.contains(ok))
-                .and_then(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-        };
-        assert_eq!(count(&one), Some(1));
-        assert_eq!(count(&two), Some(2));
     }
 
     #[test]

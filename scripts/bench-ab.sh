@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
 # Two lingo builds side by side: each `lingo serve` in front of one instant `lingo mock`, the
-# same `wrk -t1 -c32` load on each in turn (A then B within a round; run it again with the
-# two swapped to see the order's own bias), printing req/s and the proxy's CPU (user+sys from
-# /proc) per request. For a change's effect on time when callgrind's instruction count is
-# not enough. A benchmark, not a test; 127.0.0.1 only, bounded by wrk's -d.
+# same `wrk -t1 -c32` load on each in turn (A then B in odd rounds, B then A in even ones, so
+# neither always runs second), printing req/s and the proxy's CPU (user+sys from /proc) per
+# request, then per mode B's CPU over A's round by round and their median. For a change's
+# effect on time when callgrind's instruction count is not enough: a build with fewer
+# instructions can still cost more on the clock (docs/performance.md, 2026-12-06). The
+# rounds of one build against itself spread by about ±10% here, and its median was 0.96 in
+# one run: the two servers' places differ too. Run it again with A and B swapped and take
+# the geometric mean of B/A and 1/(A/B), ten rounds or more each. A benchmark, not a test;
+# 127.0.0.1 only, bounded by wrk's -d.
 #   scripts/bench-ab.sh A_BINARY B_BINARY    ROUNDS=3 DURATION=5s
 #   MODES="sglang sglang-stream nonstream"   sglang: /generate translated to the vLLM mock;
 #                                            nonstream, stream: /v1/completions passed through
@@ -36,12 +41,26 @@ echo "# A=$A B=$B — $(date -u '+%F %R') UTC, load $(cut -d' ' -f1-3 /proc/load
 for r in $(seq 1 "$ROUNDS"); do
   for mode in $MODES; do
     path=/v1/completions; [[ $mode == sglang* ]] && path=/generate
-    for side in A B; do
+    sides="A B"; ((r % 2)) || sides="B A"
+    for side in $sides; do
       c0=$(cpu ${PID[$side]})
       out=$(wrk -t1 -c32 -d"$DURATION" -s "$W/$mode.lua" "http://127.0.0.1:${PORT[$side]}$path")
       c1=$(cpu ${PID[$side]})
       n=$(awk '/requests in/ {print $1}' <<<"$out")
-      python3 -c "n, t = $n, $tck; print(f'$r  {\"$mode\":<14} $side  req/s {n / ${DURATION%s}:8.0f}  CPU µs/req {($c1 - $c0) / t * 1e6 / n:6.1f}')"
+      python3 -c "n, t = $n, $tck; print(f'$r  {\"$mode\":<14} $side  req/s {n / ${DURATION%s}:8.0f}  CPU µs/req {($c1 - $c0) / t * 1e6 / n:6.1f}')" |
+        tee -a "$W/rounds.txt"
     done
   done
 done
+python3 - "$W/rounds.txt" <<'PY'
+import collections, statistics, sys
+cpu = collections.defaultdict(dict)  # (mode, round) -> {side: µs}
+for line in open(sys.argv[1]):
+    f = line.split()
+    cpu[(f[1], f[0])][f[2]] = float(f[-1])
+modes = dict.fromkeys(m for m, _ in cpu)
+for mode in modes:
+    ratios = [c["B"] / c["A"] for (m, _), c in cpu.items() if m == mode and c.get("A")]
+    print(f"{mode:<14} B/A CPU per request by round: {' '.join(f'{x:.3f}' for x in ratios)}"
+          f"  median {statistics.median(ratios):.3f}")
+PY

@@ -34,12 +34,12 @@ pub struct Encoder {
 /// new delta only: every event repeats them whole, and escaping the whole text again at
 /// every event made the escaper the largest cost of a translated SGLang stream. Escaping is
 /// per character, so the escaped deltas joined are the escaped whole.
-/// Its `meta_info.id` too, escaped at the first event: a choice's id is the same at every
-/// event, and escaping it again cost 150 instructions an event.
 #[derive(Debug, Default)]
 struct Written {
     text: Vec<u8>,
     ids: Vec<u8>,
+    /// Its `meta_info.id` as a JSON string, written at its first event: a choice's id is
+    /// the same at every event, and escaping it again cost 150 instructions an event.
     id: Vec<u8>,
 }
 

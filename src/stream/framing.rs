@@ -139,9 +139,9 @@ impl FrameParser {
     /// Where the payload ends when `input` starts with a whole `data: payload\n\n` event
     /// and none is being read: nearly every event of every server, framed with one slice
     /// instead of line by line. Anything else (CRLF, other fields, an event past the limit)
-    /// goes line by line. The payload is `input[SSE_DATA.len()..end]`; the event takes `end + 2` bytes,
-    /// and after it the parser is between events still (a caller may take whole events
-    /// itself and feed the parser the rest).
+    /// goes line by line. The payload is `input[SSE_DATA.len()..end]`; the event takes
+    /// `end + 2` bytes, and after it the parser is between events still (a caller may take
+    /// whole events itself and feed the parser the rest).
     pub fn whole_event(&self, input: &[u8]) -> Option<usize> {
         let between = matches!(self.data, Data::None) && self.event.is_none();
         if self.framing != Framing::Sse || !between {

@@ -9,7 +9,7 @@ use super::logprobs;
 use crate::dialect::json::write_str;
 use crate::dialect::Ctx;
 use crate::error::ProxyError;
-use crate::model::{Choice, Finish, Response, Usage};
+use crate::model::{Choice, Finish, Response, TokenLogprob, Usage};
 
 /// SGLang's `finish_reason` object, borrowed from the choice: built as a JSON map, it cost
 /// a map, two keys and their drop per answer.
@@ -192,9 +192,31 @@ fn json<T: Serialize + ?Sized>(out: &mut Vec<u8>, v: &T) {
 
 pub fn meta_info<'a>(ctx: &'a Ctx, c: &'a Choice, usage: Usage, finished: bool) -> MetaInfo<'a> {
     let last_id = c.token_ids.as_ref().and_then(|ids| ids.last().copied());
+    let of = Of {
+        index: c.index,
+        finish: c.finish.as_ref(),
+        logprobs: c.logprobs.as_deref(),
+        last_id,
+    };
+    meta_info_of(ctx, of, usage, finished)
+}
+
+/// What of a choice its `meta_info` reads, besides the counts: a stream's encoder keeps
+/// only these, not the whole cumulative `Choice`.
+#[derive(Debug, Clone, Copy)]
+pub struct Of<'a> {
+    pub index: u32,
+    pub finish: Option<&'a Finish>,
+    pub logprobs: Option<&'a [TokenLogprob]>,
+    /// The last output token id, which a finish by EOS without its own id names.
+    pub last_id: Option<u32>,
+}
+
+/// `meta_info` from the parts of a choice it reads.
+pub fn meta_info_of<'a>(ctx: &'a Ctx, c: Of<'a>, usage: Usage, finished: bool) -> MetaInfo<'a> {
     let logprobs = ctx
         .logprobs
-        .map(|_| logprobs::to_meta(c.logprobs.as_deref().unwrap_or(&[]), ctx.logprob_text));
+        .map(|_| logprobs::to_meta(c.logprobs.unwrap_or(&[]), ctx.logprob_text));
     let (tokens, tops) = match logprobs {
         Some((t, o)) => (Some(t), Some(o)),
         None => (None, None),
@@ -203,7 +225,7 @@ pub fn meta_info<'a>(ctx: &'a Ctx, c: &'a Choice, usage: Usage, finished: bool) 
         cached_tokens: usage.cached_tokens.unwrap_or(0),
         completion_tokens: usage.completion_tokens,
         e2e_latency: finished.then(|| ctx.started.elapsed().as_secs_f64()),
-        finish_reason: finish_json(c.finish.as_ref(), usage.completion_tokens, last_id),
+        finish_reason: finish_json(c.finish, usage.completion_tokens, c.last_id),
         id: choice_id(ctx, c.index),
         input_token_logprobs: tokens.as_ref().map(|_| json!([])),
         output_token_logprobs: tokens,

@@ -6,19 +6,19 @@ use compact_str::CompactString;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::response::{finish_from_json, meta_info, push_ids, MetaInfo};
+use super::response::{finish_from_json, meta_info_of, push_ids, MetaInfo, Of};
 use crate::dialect::json::{write_str, write_str_inner};
 use crate::dialect::Ctx;
 use crate::error::ProxyError;
-use crate::model::{Choice, Chunk, Event, Ids, Tally, Usage};
+use crate::model::{Chunk, Event, Finish, Ids, Tally, TokenLogprob, Usage};
 use crate::stream::framing::{is_done_marker, write_sse, Frame};
 
 /// Client side: one cumulative `data:` chunk per upstream chunk.
 pub struct Encoder {
     ctx: Ctx,
     tally: Tally,
-    /// Cumulative state per choice (text, ids, logprobs, finish).
-    choices: Vec<Choice>,
+    /// Per choice, what its `meta_info` reads of the events so far.
+    choices: Vec<Sofar>,
     /// Finished choices whose last event waits for the upstream's counts: an upstream that
     /// reports usage only at the end (plain OpenAI, llama.cpp) sends it after the finish.
     deferred: Vec<u32>,
@@ -41,6 +41,28 @@ struct Written {
     /// Its `meta_info.id` as a JSON string, written at its first event: a choice's id is
     /// the same at every event, and escaping it again cost 150 instructions an event.
     id: Vec<u8>,
+}
+
+/// What a choice's `meta_info` reads of its events so far: the text and ids themselves
+/// are only ever written out, so they are kept as written (`Written`), not as a `Choice`.
+#[derive(Debug, Default)]
+struct Sofar {
+    finish: Option<Finish>,
+    logprobs: Option<Vec<TokenLogprob>>,
+    last_id: Option<u32>,
+    /// Whether the upstream sent token ids: then every event has `output_ids`.
+    ids: bool,
+}
+
+impl Sofar {
+    fn of(&self, index: u32) -> Of<'_> {
+        Of {
+            index,
+            finish: self.finish.as_ref(),
+            logprobs: self.logprobs.as_deref(),
+            last_id: self.last_id,
+        }
+    }
 }
 
 /// One event as serde_json wrote it from a struct of these fields, in this order (the tests
@@ -86,18 +108,9 @@ const META_ROOM: usize = 256;
 
 /// Bytes of text and of written ids a token takes, about: a choice's state is sized for its
 /// request's cap (16 tokens' growth one push at a time was five reallocations of each of
-/// its four lists, a few hundred instructions an event).
+/// its lists, a few hundred instructions an event).
 const TEXT_PER_TOKEN: usize = 8;
 const ID_DIGITS_PER_TOKEN: usize = 7;
-
-impl Choice {
-    fn sized(tokens: usize) -> Choice {
-        Choice {
-            text: String::with_capacity(tokens * TEXT_PER_TOKEN),
-            ..Choice::default()
-        }
-    }
-}
 
 impl Written {
     fn sized(tokens: usize) -> Written {
@@ -157,17 +170,14 @@ impl Encoder {
         let i = c.index as usize;
         let tokens = self.presized();
         if self.choices.len() <= i {
-            self.choices.resize_with(i + 1, || Choice::sized(tokens));
+            self.choices.resize_with(i + 1, Sofar::default);
             self.written.resize_with(i + 1, || Written::sized(tokens));
         }
         self.written[i].extend(&c.text, c.token_ids.as_deref());
         let st = &mut self.choices[i];
-        st.index = c.index;
-        st.text.push_str(&c.text);
         if let Some(ids) = &c.token_ids {
-            st.token_ids
-                .get_or_insert_with(|| Vec::with_capacity(tokens))
-                .extend_from_slice(ids);
+            st.ids = true;
+            st.last_id = ids.last().copied().or(st.last_id);
         }
         if let Some(lps) = &c.logprobs {
             st.logprobs
@@ -193,7 +203,7 @@ impl Encoder {
     fn write(&mut self, index: u32, out: &mut BytesMut) {
         let i = index as usize;
         let meta = meta(&self.ctx, &self.tally, &self.choices[i], index);
-        let ids = self.choices[i].token_ids.is_some();
+        let ids = self.choices[i].ids;
         let index = self.ctx.is_multi().then_some(index);
         write_event(
             out,
@@ -218,14 +228,14 @@ impl Encoder {
 /// Choice `index`'s `meta_info` as it stands (`st` its state): the prompt's count from the
 /// upstream's running usage, else from the request's token ids (as SGLang itself reports it
 /// from the first chunk).
-fn meta<'a>(ctx: &'a Ctx, tally: &Tally, st: &'a Choice, index: u32) -> MetaInfo<'a> {
+fn meta<'a>(ctx: &'a Ctx, tally: &Tally, st: &'a Sofar, index: u32) -> MetaInfo<'a> {
     let prompt = tally.choice_prompt(index);
     let usage = Usage {
         prompt_tokens: prompt.or(ctx.choice_prompt(index)).unwrap_or(0),
         completion_tokens: tally.choice_tokens(index),
         cached_tokens: tally.choice_cached(index),
     };
-    meta_info(ctx, st, usage, st.finish.is_some())
+    meta_info_of(ctx, st.of(index), usage, st.finish.is_some())
 }
 
 #[derive(Debug, Deserialize)]
@@ -328,8 +338,10 @@ mod tests {
     use rand::rngs::StdRng;
     use rand::{Rng, SeedableRng};
 
+    use super::super::response::meta_info;
     use super::*;
     use crate::dialect::Dialect;
+    use crate::model::Choice;
 
     fn encoder(body: &[u8]) -> Encoder {
         let req = Dialect::Sglang.decode_request(body).unwrap();
@@ -529,13 +541,9 @@ mod tests {
             })
         };
         enc.events(&[token(0)], &mut out);
-        let caps = |e: &Encoder| {
-            let ids = e.choices[0].token_ids.as_ref().map(Vec::capacity);
-            let (w, c) = (&e.written[0], &e.choices[0]);
-            (c.text.capacity(), ids, w.text.capacity(), w.ids.capacity())
-        };
+        let caps = |e: &Encoder| (e.written[0].text.capacity(), e.written[0].ids.capacity());
         let first = caps(&enc);
-        assert!(first.0 >= 16 * 6 && first.1 >= Some(16), "{first:?}");
+        assert!(first.0 >= 16 * 6 && first.1 >= 16 * 7, "{first:?}");
         for i in 1..16 {
             enc.events(&[token(i)], &mut out);
         }
@@ -561,5 +569,45 @@ mod tests {
         let mut out = BytesMut::new();
         enc.events(&[text("a", None)], &mut out);
         assert_eq!(prompts(&out), [0]);
+    }
+
+    #[test]
+    fn an_eos_finish_names_the_last_token_id_sent() {
+        // The finish event brings no id of its own: SGLang's `matched` is the stream's last.
+        let mut enc = encoder(br#"{"text": "a", "stream": true}"#);
+        let ids = |v: &[u32]| Some(Ids::from_slice(v));
+        let chunk = |text: &str, token_ids, finish| {
+            Event::Chunk(Chunk {
+                text: text.into(),
+                token_ids,
+                finish,
+                ..Chunk::default()
+            })
+        };
+        let usage = Usage {
+            prompt_tokens: 1,
+            completion_tokens: 2,
+            cached_tokens: None,
+        };
+        let mut out = BytesMut::new();
+        enc.events(
+            &[
+                chunk("x", ids(&[5]), None),
+                chunk("y", ids(&[9]), None),
+                chunk("", ids(&[]), Some(crate::model::Finish::Eos(None))),
+                Event::Usage(usage),
+                Event::Done,
+            ],
+            &mut out,
+        );
+        let text = std::str::from_utf8(&out).unwrap();
+        let last = text
+            .split("\n\n")
+            .filter_map(|b| b.strip_prefix("data: "))
+            .nth(2);
+        let last: Value = serde_json::from_str(last.unwrap()).unwrap();
+        assert_eq!(last["output_ids"], serde_json::json!([5, 9]));
+        let finish = &last["meta_info"]["finish_reason"];
+        assert_eq!(*finish, serde_json::json!({"matched": 9, "type": "stop"}));
     }
 }

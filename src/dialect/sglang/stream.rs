@@ -87,6 +87,8 @@ fn write_event(
     scratch.clear();
     meta.write_json_with_id(scratch, |scratch, id| {
         if w.id.is_empty() {
+            // Sized once: grown from nothing, the quotes and the id took three allocations.
+            w.id.reserve_exact(id.len() + 2);
             write_str(&mut w.id, id);
         }
         scratch.extend_from_slice(&w.id);

@@ -192,19 +192,19 @@ fn json<T: Serialize + ?Sized>(out: &mut Vec<u8>, v: &T) {
 
 pub fn meta_info<'a>(ctx: &'a Ctx, c: &'a Choice, usage: Usage, finished: bool) -> MetaInfo<'a> {
     let last_id = c.token_ids.as_ref().and_then(|ids| ids.last().copied());
-    let of = Of {
+    let parts = ChoiceParts {
         index: c.index,
         finish: c.finish.as_ref(),
         logprobs: c.logprobs.as_deref(),
         last_id,
     };
-    meta_info_of(ctx, of, usage, finished)
+    meta_info_from(ctx, parts, usage, finished)
 }
 
 /// What of a choice its `meta_info` reads, besides the counts: a stream's encoder keeps
 /// only these, not the whole cumulative `Choice`.
 #[derive(Debug, Clone, Copy)]
-pub struct Of<'a> {
+pub struct ChoiceParts<'a> {
     pub index: u32,
     pub finish: Option<&'a Finish>,
     pub logprobs: Option<&'a [TokenLogprob]>,
@@ -213,7 +213,12 @@ pub struct Of<'a> {
 }
 
 /// `meta_info` from the parts of a choice it reads.
-pub fn meta_info_of<'a>(ctx: &'a Ctx, c: Of<'a>, usage: Usage, finished: bool) -> MetaInfo<'a> {
+pub fn meta_info_from<'a>(
+    ctx: &'a Ctx,
+    c: ChoiceParts<'a>,
+    usage: Usage,
+    finished: bool,
+) -> MetaInfo<'a> {
     let logprobs = ctx
         .logprobs
         .map(|_| logprobs::to_meta(c.logprobs.unwrap_or(&[]), ctx.logprob_text));

@@ -6,7 +6,7 @@ use compact_str::CompactString;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::response::{finish_from_json, meta_info_of, push_ids, MetaInfo, Of};
+use super::response::{finish_from_json, meta_info_from, push_ids, ChoiceParts, MetaInfo};
 use crate::dialect::json::{write_str, write_str_inner};
 use crate::dialect::Ctx;
 use crate::error::ProxyError;
@@ -55,8 +55,8 @@ struct Sofar {
 }
 
 impl Sofar {
-    fn of(&self, index: u32) -> Of<'_> {
-        Of {
+    fn parts(&self, index: u32) -> ChoiceParts<'_> {
+        ChoiceParts {
             index,
             finish: self.finish.as_ref(),
             logprobs: self.logprobs.as_deref(),
@@ -237,7 +237,7 @@ fn meta<'a>(ctx: &'a Ctx, tally: &Tally, st: &'a Sofar, index: u32) -> MetaInfo<
         completion_tokens: tally.choice_tokens(index),
         cached_tokens: tally.choice_cached(index),
     };
-    meta_info_of(ctx, st.of(index), usage, st.finish.is_some())
+    meta_info_from(ctx, st.parts(index), usage, st.finish.is_some())
 }
 
 #[derive(Debug, Deserialize)]

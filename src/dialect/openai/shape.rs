@@ -73,7 +73,10 @@ pub(super) struct Filled<'a> {
     /// The text slot held bytes (read whether or not the text was kept).
     pub(super) has_text: bool,
     pub(super) finish: Option<&'static str>,
+    /// The token ids, when `fill` was asked to keep the parts.
     pub(super) token_ids: Option<Ids>,
+    /// How many token ids the event held (whether or not they were kept).
+    pub(super) id_count: Option<u32>,
     pub(super) usage: Option<UsageWire>,
 }
 
@@ -96,7 +99,7 @@ impl Shape {
         let f = self.fill::<false>(bytes, |_, _| {})?;
         Some(ChunkCounts {
             index: self.index,
-            tokens: f.token_ids.as_ref().map(|t| t.len() as u32),
+            tokens: f.id_count,
             usage: f.usage.map(Into::into),
             has_text: f.has_text,
             finish: finish_from_wire(f.finish, None).map(|f| f.label()),
@@ -110,7 +113,7 @@ impl Shape {
         Chunk {
             index: self.index,
             text: CompactString::from(f.text),
-            tokens: f.token_ids.as_ref().map(|t| t.len() as u32),
+            tokens: f.id_count,
             token_ids: f.token_ids,
             finish: finish_from_wire(f.finish, None),
             logprobs: None,
@@ -141,10 +144,10 @@ impl Shape {
     /// and end at ASCII bytes (a quote, a bracket, a colon), so each one's bytes are
     /// checked as UTF-8 on their own.
     /// `at` is told where each slot's value lay (its index and range), for a reader that
-    /// keeps the event's parts (`opening.rs`). Without `TEXT` the text is checked but not
-    /// kept (`Filled::text` stays empty).
+    /// keeps the event's parts (`opening.rs`). Without `KEEP` the text is checked but not
+    /// kept (`Filled::text` stays empty) and the token ids are counted, not listed.
     #[inline]
-    pub(super) fn fill<'a, const TEXT: bool>(
+    pub(super) fn fill<'a, const KEEP: bool>(
         &self,
         bytes: &'a [u8],
         mut at_slot: impl FnMut(usize, Range<usize>),
@@ -155,6 +158,7 @@ impl Shape {
             has_text: false,
             finish: None,
             token_ids: None,
+            id_count: None,
             usage: None,
         };
         let (mut at, mut old) = (0, 0);
@@ -170,7 +174,7 @@ impl Shape {
                 Slot::Text => {
                     let len = plain_run(rest)?;
                     f.has_text = len > 0;
-                    if TEXT {
+                    if KEEP {
                         f.text = utf8(&rest[..len])?;
                     } else {
                         valid_utf8(&rest[..len])?;
@@ -190,9 +194,16 @@ impl Shape {
                     f.finish = finish;
                     len
                 }
-                Slot::Ids => {
+                Slot::Ids if KEEP => {
                     let (ids, len) = id_list(rest)?;
+                    f.id_count = Some(ids.len() as u32);
                     f.token_ids = Some(ids);
+                    len
+                }
+                Slot::Ids => {
+                    let mut n = 0u32;
+                    let len = each_plain_id(rest, |_| n += 1)?;
+                    f.id_count = Some(n);
                     len
                 }
                 Slot::Usage => match vllm_usage(rest) {

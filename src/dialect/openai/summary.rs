@@ -93,12 +93,12 @@ fn choice(c: &mut Cursor<'_>, chat: bool) -> Sure<ChoiceCounts> {
         "logprobs" => seen.first(5).and_then(|()| c.check_value(0)),
         "token_ids" => {
             seen.first(6)?;
-            ids = c.nullable(token_ids)?;
+            ids = c.nullable(Cursor::id_count)?;
             Some(())
         }
         "prompt_token_ids" if !chat => {
             seen.first(7)?;
-            prompt_ids = c.nullable(token_ids)?;
+            prompt_ids = c.nullable(Cursor::id_count)?;
             Some(())
         }
         _ => c.skip_value(0),
@@ -124,11 +124,6 @@ fn message(c: &mut Cursor<'_>) -> Sure<()> {
             .map(drop),
         _ => c.skip_value(0),
     })
-}
-
-/// A list of `u32` token ids: how many.
-fn token_ids(c: &mut Cursor<'_>) -> Sure<u64> {
-    c.id_count()
 }
 
 /// A completions response as serde's `completions::decode_response` reads it.
@@ -172,7 +167,7 @@ fn completion_choice(c: &mut Cursor<'_>) -> Sure<Choice> {
                 ch.token_ids = seen.first(6).and_then(|()| c.nullable(|c| c.ids()))?;
             }
             "prompt_token_ids" => {
-                prompt_ids = seen.first(7).and_then(|()| c.nullable(token_ids))?;
+                prompt_ids = seen.first(7).and_then(|()| c.nullable(Cursor::id_count))?;
             }
             _ => c.skip_value(0)?,
         }

@@ -35,6 +35,8 @@
 #   PARTS="instant realistic memory"   which parts to run
 #   INSTALL=1         install what is missing (0: skip what is missing)
 #   LINGO_BIN=path    measure this lingo binary instead of building this checkout's
+#   PGO=0             1: measure this checkout's profile-guided build (scripts/build-pgo.sh,
+#                     about 15 minutes more) instead of the plain release build
 #   LINGO_WORKERS=n   lingo serve's `workers` (read by lingo itself; unset: one per core; 0: tokio's)
 #   KEEP=1            keep the work directory (every process's log, the bench JSON) at exit
 #
@@ -93,9 +95,17 @@ install_tools() {
   done
 }
 install_tools
-# LINGO_BIN measures another build (an A/B of two commits); by default, this checkout's.
-if [ -z "${LINGO_BIN:-}" ]; then cargo build --release --quiet; fi
-cp "${LINGO_BIN:-$TARGET/release/lingo}" "$WORK/lingo"  # a rebuild during the run changes nothing here
+# LINGO_BIN measures another build (an A/B of two commits); by default, this checkout's,
+# plain or (PGO=1) profile-guided.
+if [ -n "${LINGO_BIN:-}" ]; then
+  build=$LINGO_BIN
+elif [ "${PGO:-0}" = 1 ]; then
+  build=$(scripts/build-pgo.sh | tail -1)
+else
+  cargo build --release --quiet
+  build=$TARGET/release/lingo
+fi
+cp "$build" "$WORK/lingo"  # a rebuild during the run changes nothing here
 LINGO=$WORK/lingo
 
 # ---------------------------------------------------------------------------------------------
@@ -242,7 +252,7 @@ stop_paths() {
 
 # ---------------------------------------------------------------------------------------------
 echo "# lingo against nginx and the routers — $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, $(uname -m)"
-echo "lingo $(git rev-parse --short HEAD); $(nginx -v 2>&1 || echo 'no nginx'); $(wrk -v 2>&1 | head -n 1 | cut -d' ' -f1-2)"
+echo "lingo $(git rev-parse --short HEAD) ($build); $(nginx -v 2>&1 || echo 'no nginx'); $(wrk -v 2>&1 | head -n 1 | cut -d' ' -f1-2)"
 for pkg in sglang-router vllm-router; do
   v=$("$VENV/bin/pip" show "$pkg" 2>/dev/null | awk '/^Version/ {print $2}' || true)
   echo "$pkg ${v:-not installed}, policy $ROUTER_POLICY"

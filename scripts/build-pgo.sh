@@ -48,7 +48,11 @@ RUSTFLAGS="-Cprofile-generate=$PGO/profiles/other" CARGO_TARGET_DIR="$PGO/gen" \
 GEN=$PGO/gen/release/lingo
 
 pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
+W=$(mktemp -d)
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  rm -rf "$W"
+}
 trap cleanup EXIT
 other() { LLVM_PROFILE_FILE="$PGO/profiles/other/%p.profraw" LINGO_LOG=warn "$@"; }
 
@@ -62,7 +66,6 @@ mock() {
   echo "the mock did not start" >&2; cat "$1.log" >&2; exit 1
 }
 
-W=$(mktemp -d)
 # Three models, a pool each: one instant endpoint, four instant replicas, one paced endpoint.
 mock "$W/one" mock-model 1 0s 0s
 mock "$W/fleet" fleet 4 0s 0s
@@ -113,11 +116,11 @@ inputs=()
 for f in "$PGO"/profiles/serve/*.profraw; do inputs+=("--weighted-input=$WEIGHT,$f"); done
 for f in "$PGO"/profiles/other/*.profraw; do [ -s "$f" ] && inputs+=("$f"); done
 "$PROFDATA" merge -o "$PGO/lingo.profdata" "${inputs[@]}"
+rm -rf "$PGO/profiles"
 
 echo "== optimised build" >&2
 RUSTFLAGS="-Cprofile-use=$PGO/lingo.profdata" CARGO_TARGET_DIR="$PGO/use" \
   cargo build --release --quiet --bin lingo
 cp "$PGO/use/release/lingo" "$PGO/lingo"
 [ "$KEEP_GEN" = 1 ] || rm -rf "$PGO/gen"
-rm -rf "$W"
 echo "$PGO/lingo"

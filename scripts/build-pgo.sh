@@ -44,7 +44,7 @@ echo "== instrumented build" >&2
 rm -rf "$PGO/profiles"
 mkdir -p "$PGO/profiles/serve" "$PGO/profiles/other"
 RUSTFLAGS="-Cprofile-generate=$PGO/profiles/other" CARGO_TARGET_DIR="$PGO/gen" \
-  cargo build --release --quiet --bin lingo
+  cargo build --release --locked --quiet --bin lingo
 GEN=$PGO/gen/release/lingo
 
 pids=()
@@ -120,7 +120,7 @@ rm -rf "$PGO/profiles"
 
 echo "== optimised build" >&2
 RUSTFLAGS="-Cprofile-use=$PGO/lingo.profdata" CARGO_TARGET_DIR="$PGO/use" \
-  cargo build --release --quiet --bin lingo
+  cargo build --release --locked --quiet --bin lingo
 cp "$PGO/use/release/lingo" "$PGO/lingo"
 [ "$KEEP_GEN" = 1 ] || rm -rf "$PGO/gen"
 echo "$PGO/lingo"

@@ -15,6 +15,10 @@
 # 2. Realistic upstream (TTFT 20 ms, 5 ms per token, 64 tokens), $REAL_CONC concurrent streams
 #    driven by `lingo bench`: tok/s, TTFT p50, added TTFT p50 against direct in the same round,
 #    and the proxy's CPU per streamed token (CPU delta / output tokens delivered).
+# 2b. The same realistic load through two paths at once, each with its own mock and driver
+#    (nginx and lingo passthrough, nginx and lingo translation, lingo's pool of one and its
+#    fleet of four in each route): CPU per streamed token of both, B / A per round. Both meet
+#    the machine in the same state, so the ratio holds still where part 2's moves.
 # 3. Memory: lingo's RSS (VmRSS) against in-flight streams ($MEM_STEPS), held open by a slow
 #    mock and one bounded `lingo bench` per step; the count is read from lingo's own
 #    lingo_requests_in_flight before RSS is read. Prints the least-squares slope in KiB per
@@ -32,7 +36,9 @@
 #   MEM_ITL=100ms MEM_TOKENS=120       part 3's streams: long enough to stay open while read
 #   MEM_NGINX=1       also measure nginx in part 3 (0: lingo only)
 #   ROUTER_POLICY=round_robin          both routers' policy (one worker: the proxying cost only)
-#   PARTS="instant realistic memory"   which parts to run
+#   PARTS="instant realistic paired memory"   which parts to run
+#   PAIRS="nginx/pass nginx/trans pass/fpass trans/ftrans"   part 2b's pairs, A/B
+#   PAIR_ROUNDS=8 PAIR_REQS=1280                              part 2b's rounds, requests a side
 #   INSTALL=1         install what is missing (0: skip what is missing)
 #   LINGO_BIN=path    measure this lingo binary instead of building this checkout's
 #   PGO=0             1: measure this checkout's profile-guided build (scripts/build-pgo.sh,
@@ -58,7 +64,10 @@ MEM_ITL=${MEM_ITL:-100ms}
 MEM_TOKENS=${MEM_TOKENS:-120}
 MEM_NGINX=${MEM_NGINX:-1}
 ROUTER_POLICY=${ROUTER_POLICY:-round_robin}
-PARTS=${PARTS:-instant realistic memory}
+PARTS=${PARTS:-instant realistic paired memory}
+PAIRS=${PAIRS:-nginx/pass nginx/trans pass/fpass trans/ftrans}
+PAIR_ROUNDS=${PAIR_ROUNDS:-8}
+PAIR_REQS=${PAIR_REQS:-1280}
 INSTALL=${INSTALL:-1}
 KEEP=${KEEP:-0}
 mkdir -p "${CARGO_TARGET_DIR:-target}"
@@ -363,13 +372,9 @@ body_for() { # path mode
 }
 
 # ---------------------------------------------------------------------------------------------
-part_realistic() {
-  echo
-  echo "## 2. Realistic upstream (TTFT 20 ms, 5 ms/token, 64 tokens), $REAL_CONC streams, lingo bench, $REAL_REQS requests, $ROUNDS rounds"
-  start_mock real 4 --ttft 20ms --itl 5ms
-  start_paths real
-  # Text prompts of 128 tokens (the mock counts a word a token) from a file: sglang-router
-  # refuses a completions prompt of token ids, which `lingo bench` sends by default.
+# Text prompts of 128 tokens (the mock counts a word a token) from a file: sglang-router
+# refuses a completions prompt of token ids, which `lingo bench` sends by default.
+write_prompts() {
   python3 - >"$WORK/prompts.jsonl" <<'PY'
 import json, random
 rng = random.Random(0)
@@ -377,6 +382,14 @@ words = "time river stone cloud green light house tree bird road song field".spl
 for _ in range(256):
     print(json.dumps({"prompt": " ".join(rng.choice(words) for _ in range(128)), "output_len": 64}))
 PY
+}
+
+part_realistic() {
+  echo
+  echo "## 2. Realistic upstream (TTFT 20 ms, 5 ms/token, 64 tokens), $REAL_CONC streams, lingo bench, $REAL_REQS requests, $ROUNDS rounds"
+  start_mock real 4 --ttft 20ms --itl 5ms
+  start_paths real
+  write_prompts
   local p r before after
   printf '%-5s %-28s %9s %12s %14s %10s %s\n' round path "tok/s" "TTFT p50 ms" "CPU µs/token" tokens notes
   for r in $(seq 1 "$ROUNDS"); do
@@ -446,6 +459,90 @@ print("\nGoals (issue 12), realistic upstream: CPU per streamed token x nginx: "
 for f, one, route in (("fpass", "pass", "passthrough"), ("ftrans", "trans", "translation")):
     print(f"  fleet(4) / pool of one, {route}: tok/s {fmt(ratio(f, one, 0), 3)}  TTFT p50 {fmt(ratio(f, one, 1), 3)}"
           f"  CPU/token {fmt(ratio(f, one, 2), 3)}  (goal: each within 5%)")
+PY
+}
+
+# ---------------------------------------------------------------------------------------------
+# One side of a pair: its own paced mock and its proxy. Sets SIDE_PID SIDE_PORT SIDE_DIALECT
+# SIDE_MOCK. Sides: nginx, pass, trans (lingo, a pool of one), fpass, ftrans (a pool of four).
+start_side() { # key tag
+  local key=$1 tag=$2 n=1
+  case $key in fpass | ftrans) n=4 ;; esac
+  start_mock "$tag.mock" "$n" --ttft 20ms --itl 5ms; SIDE_MOCK=$MOCK_PID
+  case $key in
+    nginx) start_nginx "$tag" "${MOCK_PORTS[0]}" ;;
+    *) start_lingo "$tag" "${MOCK_PORTS[@]:0:$n}" ;;
+  esac
+  SIDE_PID=$SRV_PID SIDE_PORT=$SRV_PORT SIDE_DIALECT=openai-completions
+  case $key in trans | ftrans) SIDE_DIALECT=sglang ;; esac
+  local route=/v1/completions body=$ST
+  [ "$SIDE_DIALECT" = sglang ] && route=/generate body=$SGL_ST
+  wait_post "http://127.0.0.1:$SIDE_PORT$route" "$body" || { echo "$tag did not start" >&2; return 1; }
+}
+
+# 2b. Two paths at once, each with its own mock and its own `lingo bench`: both meet the same
+# machine at the same moment (the neighbours' load, the cores' speed), so the ratio of their
+# CPU per token holds still where part 2's, from runs seconds apart, moves by 10-30% from round
+# to round. The side started first alternates. One lingo binary against itself gives 1.00
+# (0.95-1.04 over six rounds, measured).
+part_paired() {
+  echo
+  echo "## 2b. Realistic upstream, two paths at once (each its own mock and $REAL_CONC streams), $PAIR_ROUNDS rounds of $PAIR_REQS requests"
+  [ -f "$WORK/prompts.jsonl" ] || write_prompts
+  local pair tag a b r ap bp am bm aport bport ad bd a0 b0 a1 b1 first
+  printf '%-5s %-30s %14s %14s %8s\n' round pair "A CPU µs/tok" "B CPU µs/tok" "B / A"
+  for pair in $PAIRS; do
+    a=${pair%/*} b=${pair#*/} tag=${pair/\//-}
+    if [ "$a" = nginx ] && ! command -v nginx >/dev/null; then echo "nginx: not installed, skipped" >&2; continue; fi
+    start_side "$a" "pair.$a" || continue
+    ap=$SIDE_PID aport=$SIDE_PORT ad=$SIDE_DIALECT am=$SIDE_MOCK
+    start_side "$b" "pair.$b" || { stop "$ap" "$am"; continue; }
+    bp=$SIDE_PID bport=$SIDE_PORT bd=$SIDE_DIALECT bm=$SIDE_MOCK
+    for r in $(seq 1 "$PAIR_ROUNDS"); do
+      a0=$(ticks "$ap"); b0=$(ticks "$bp")
+      local runs=()
+      for first in $( ((r % 2)) && echo "a b" || echo "b a"); do
+        local port=$aport dialect=$ad
+        [ "$first" = b ] && port=$bport dialect=$bd
+        $LINGO bench --url "http://127.0.0.1:$port" --dialect "$dialect" --model mock-model \
+          --concurrency "$REAL_CONC" --dataset "$WORK/prompts.jsonl" --output-len 64 \
+          --requests-per-level "$PAIR_REQS" --warmup 0 --duration 120s --timeout 60s \
+          --json "$WORK/pair.$tag.$first.$r.json" >/dev/null 2>>"$WORK/pair.bench.err" & runs+=($!)
+      done
+      wait "${runs[@]}" || true
+      a1=$(ticks "$ap"); b1=$(ticks "$bp")
+      python3 - "$WORK/pair.$tag.a.$r.json" "$WORK/pair.$tag.b.$r.json" $((a1 - a0)) $((b1 - b0)) \
+        "$HZ" "$r" "$pair" >>"$WORK/pair.tsv" <<'PY'
+import json, sys
+fa, fb, ta, tb, hz, r, pair = sys.argv[1:]
+def tokens(f):
+    try:
+        l = json.load(open(f))["levels"][0]
+    except (OSError, ValueError, KeyError, IndexError):
+        return 0
+    return l["tokens"] if l["ok"] and not l["fail"] else 0
+na, nb = tokens(fa), tokens(fb)
+if not na or not nb:
+    print(f"{r}\t{pair}\t-\t-\t-\ta bench failed or lost requests"); sys.exit()
+ca, cb = int(ta) / int(hz) / na * 1e6, int(tb) / int(hz) / nb * 1e6
+print(f"{r}\t{pair}\t{ca:.2f}\t{cb:.2f}\t{cb / ca:.3f}\t")
+PY
+      tail -n 1 "$WORK/pair.tsv" | awk -F'\t' '{printf "%-5s %-30s %14s %14s %8s %s\n", $1, $2, $3, $4, $5, $6}'
+    done
+    stop "$ap" "$bp" "$am" "$bm"
+  done
+  python3 - "$WORK/pair.tsv" <<'PY'
+import collections, statistics, sys
+ratios = collections.defaultdict(list)
+for line in open(sys.argv[1]):
+    r, pair, ca, cb, ratio, *_ = line.rstrip("\n").split("\t")
+    if ratio != "-": ratios[pair].append(float(ratio))
+goal = {"nginx/pass": "passthrough x nginx (<= 1.05)", "nginx/trans": "translation x nginx (<= 1.15)",
+        "pass/fpass": "fleet(4) / pool of one, passthrough (within 5%)",
+        "trans/ftrans": "fleet(4) / pool of one, translation (within 5%)"}
+print("\n### Summary, two paths at once: CPU per streamed token, B / A (median of rounds, then min-max)")
+for pair, xs in ratios.items():
+    print(f"  {pair:<14} {statistics.median(xs):.3f}  ({min(xs):.3f}-{max(xs):.3f}, {len(xs)} rounds)  {goal.get(pair, '')}")
 PY
 }
 

@@ -37,7 +37,8 @@
 #   MEM_NGINX=1       also measure nginx in part 3 (0: lingo only)
 #   ROUTER_POLICY=round_robin          both routers' policy (one worker: the proxying cost only)
 #   PARTS="instant realistic paired memory"   which parts to run
-#   PAIRS="nginx/pass nginx/trans pass/fpass trans/ftrans"   part 2b's pairs, A/B
+#   PAIRS="pass/pass nginx/pass nginx/trans pass/fpass trans/ftrans"   part 2b's pairs,
+#                     A/B (pass/pass: two lingo processes alike, the measure's own spread)
 #   PAIR_ROUNDS=8 PAIR_REQS=1280                              part 2b's rounds, requests a side
 #   INSTALL=1         install what is missing (0: skip what is missing)
 #   LINGO_BIN=path    measure this lingo binary instead of building this checkout's
@@ -65,7 +66,7 @@ MEM_TOKENS=${MEM_TOKENS:-120}
 MEM_NGINX=${MEM_NGINX:-1}
 ROUTER_POLICY=${ROUTER_POLICY:-round_robin}
 PARTS=${PARTS:-instant realistic paired memory}
-PAIRS=${PAIRS:-nginx/pass nginx/trans pass/fpass trans/ftrans}
+PAIRS=${PAIRS:-pass/pass nginx/pass nginx/trans pass/fpass trans/ftrans}
 PAIR_ROUNDS=${PAIR_ROUNDS:-8}
 PAIR_REQS=${PAIR_REQS:-1280}
 INSTALL=${INSTALL:-1}
@@ -483,8 +484,8 @@ start_side() { # key tag
 # 2b. Two paths at once, each with its own mock and its own `lingo bench`: both meet the same
 # machine at the same moment (the neighbours' load, the cores' speed), so the ratio of their
 # CPU per token holds still where part 2's, from runs seconds apart, moves by 10-30% from round
-# to round. The side started first alternates. One lingo binary against itself gives 1.00
-# (0.95-1.04 over six rounds, measured).
+# to round. The side started first alternates. The first pair, two lingo processes alike,
+# shows the measure's own spread (0.95-1.04 over six rounds when it was written).
 part_paired() {
   echo
   echo "## 2b. Realistic upstream, two paths at once (each its own mock and $REAL_CONC streams), $PAIR_ROUNDS rounds of $PAIR_REQS requests"
@@ -494,9 +495,9 @@ part_paired() {
   for pair in $PAIRS; do
     a=${pair%/*} b=${pair#*/} tag=${pair/\//-}
     if [ "$a" = nginx ] && ! command -v nginx >/dev/null; then echo "nginx: not installed, skipped" >&2; continue; fi
-    start_side "$a" "pair.$a" || continue
+    start_side "$a" "pair.$tag.a" || continue
     ap=$SIDE_PID aport=$SIDE_PORT ad=$SIDE_DIALECT am=$SIDE_MOCK
-    start_side "$b" "pair.$b" || { stop "$ap" "$am"; continue; }
+    start_side "$b" "pair.$tag.b" || { stop "$ap" "$am"; continue; }
     bp=$SIDE_PID bport=$SIDE_PORT bd=$SIDE_DIALECT bm=$SIDE_MOCK
     for r in $(seq 1 "$PAIR_ROUNDS"); do
       a0=$(ticks "$ap"); b0=$(ticks "$bp")
@@ -537,7 +538,8 @@ ratios = collections.defaultdict(list)
 for line in open(sys.argv[1]):
     r, pair, ca, cb, ratio, *_ = line.rstrip("\n").split("\t")
     if ratio != "-": ratios[pair].append(float(ratio))
-goal = {"nginx/pass": "passthrough x nginx (<= 1.05)", "nginx/trans": "translation x nginx (<= 1.15)",
+goal = {"pass/pass": "control: two lingo processes alike (1.00 but for the measure's own spread)",
+        "nginx/pass": "passthrough x nginx (<= 1.05)", "nginx/trans": "translation x nginx (<= 1.15)",
         "pass/fpass": "fleet(4) / pool of one, passthrough (within 5%)",
         "trans/ftrans": "fleet(4) / pool of one, translation (within 5%)"}
 print("\n### Summary, two paths at once: CPU per streamed token, B / A (median of rounds, then min-max)")

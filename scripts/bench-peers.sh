@@ -16,9 +16,10 @@
 #    driven by `lingo bench`: tok/s, TTFT p50, added TTFT p50 against direct in the same round,
 #    and the proxy's CPU per streamed token (CPU delta / output tokens delivered).
 # 2b. The same realistic load through two paths at once, each with its own mock and driver
-#    (nginx and lingo passthrough, nginx and lingo translation, lingo's pool of one and its
-#    fleet of four in each route): CPU per streamed token of both, B / A per round. Both meet
-#    the machine in the same state, so the ratio holds still where part 2's moves.
+#    (two lingo processes alike as a control, nginx and lingo passthrough, nginx and lingo
+#    translation, lingo's pool of one and its fleet of four in each route): CPU per streamed
+#    token of both, B / A per round. Both meet the machine in the same state, so the ratio
+#    holds still where part 2's moves.
 # 3. Memory: lingo's RSS (VmRSS) against in-flight streams ($MEM_STEPS), held open by a slow
 #    mock and one bounded `lingo bench` per step; the count is read from lingo's own
 #    lingo_requests_in_flight before RSS is read. Prints the least-squares slope in KiB per
@@ -532,6 +533,7 @@ PY
     done
     stop "$ap" "$bp" "$am" "$bm"
   done
+  [ -s "$WORK/pair.tsv" ] || { echo "no pair ran"; return; }
   python3 - "$WORK/pair.tsv" <<'PY'
 import collections, statistics, sys
 ratios = collections.defaultdict(list)

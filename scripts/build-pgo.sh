@@ -54,13 +54,15 @@ cleanup() {
   rm -rf "$W"
 }
 trap cleanup EXIT
-other() { LLVM_PROFILE_FILE="$PGO/profiles/other/%p.profraw" LINGO_LOG=warn "$@"; }
+OTHER=$PGO/profiles/other/%p.profraw
 
-# mock URLS_FILE MODEL REPLICAS TTFT ITL: starts a vllm-kind mock, waits for its URLs.
+# mock URLS_FILE MODEL REPLICAS TTFT ITL: starts a vllm-kind mock, waits for its URLs. Started
+# as a command, not through a function: `$!` of a function run in the background is the
+# subshell's, and the mock outlived the TERM sent to it (and never wrote its counts).
 mock() {
   : >"$1"
-  other "$GEN" mock --listen 127.0.0.1:0 --model "$2" --replicas "$3" --kind vllm \
-    --ttft "$4" --itl "$5" >"$1" 2>"$1.log" &
+  LLVM_PROFILE_FILE=$OTHER LINGO_LOG=warn "$GEN" mock --listen 127.0.0.1:0 --model "$2" \
+    --replicas "$3" --kind vllm --ttft "$4" --itl "$5" >"$1" 2>"$1.log" &
   pids+=($!)
   for _ in $(seq 1 200); do [ "$(wc -l <"$1")" -ge "$3" ] && return 0; sleep 0.05; done
   echo "the mock did not start" >&2; cat "$1.log" >&2; exit 1
@@ -90,8 +92,8 @@ train() {
   local model=$1 dialect=$2 conc=$3 tokens=$4
   shift 4
   echo "== $dialect $model c=$conc $*" >&2
-  other "$GEN" bench --url "http://127.0.0.1:$PORT" --dialect "$dialect" --model "$model" \
-    --concurrency "$conc" --requests-per-level "$REQS" --warmup 0 --input-len 4 \
+  LLVM_PROFILE_FILE=$OTHER LINGO_LOG=warn "$GEN" bench --url "http://127.0.0.1:$PORT" \
+    --dialect "$dialect" --model "$model" --concurrency "$conc" --requests-per-level "$REQS" --warmup 0 --input-len 4 \
     --output-len "$tokens" --duration 60s --timeout 60s --max-fail 0 "$@" >/dev/null
 }
 for dialect in openai-completions sglang openai-chat; do

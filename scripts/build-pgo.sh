@@ -94,7 +94,8 @@ train() {
   echo "== $dialect $model c=$conc $*" >&2
   LLVM_PROFILE_FILE=$OTHER LINGO_LOG=warn "$GEN" bench --url "http://127.0.0.1:$PORT" \
     --dialect "$dialect" --model "$model" --concurrency "$conc" --requests-per-level "$REQS" \
-    --warmup 0 --input-len 4 --output-len "$tokens" --duration 60s --timeout 60s --max-fail 0 "$@" >/dev/null
+    --warmup 0 --input-len 4 --output-len "$tokens" --duration 60s --timeout 60s \
+    --max-fail 0 "$@" >/dev/null
 }
 for dialect in openai-completions sglang openai-chat; do
   train mock-model "$dialect" 32 16

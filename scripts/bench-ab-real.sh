@@ -42,21 +42,26 @@ serve() {
   LINGO_LOG=warn "$2" serve --listen "127.0.0.1:$PORT" --config "$W/$1.toml" >"$W/$1.log" 2>&1 &
   PID=$!
   pids+=($PID)
-  for _ in $(seq 1 100); do curl -s -o /dev/null -m 2 "http://127.0.0.1:$PORT/health" && break; sleep 0.05; done
+  for _ in $(seq 1 100); do
+    curl -s -o /dev/null -m 2 "http://127.0.0.1:$PORT/health" && break
+    sleep 0.05
+  done
 }
 # drive PORT NAME: the realistic load through the proxy on PORT.
 drive() {
   "$B" bench --url "http://127.0.0.1:$1" --dialect "$DIALECT" --model mock-model \
     --concurrency 64 --dataset "$W/prompts.jsonl" --output-len 64 \
     --requests-per-level "$REQS" --warmup 0 --duration 120s --timeout 60s --max-fail 0 \
-    >/dev/null 2>"$W/bench.$2.err" || { echo "lingo bench failed:" >&2; cat "$W/bench.$2.err" >&2; exit 1; }
+    >/dev/null 2>"$W/bench.$2.err" ||
+    { echo "lingo bench failed:" >&2; cat "$W/bench.$2.err" >&2; exit 1; }
 }
 per_token() { python3 -c "print('%.2f' % (($1) / $HZ * 1e6 / ($REQS * 64)))"; }
 
 if [ "$AT_ONCE" = 1 ]; then
   mock A; serve A "$A"; pa=$PID porta=$PORT
   mock B; serve B "$B"; pb=$PID portb=$PORT
-  echo "round  A µs/token  B µs/token  B / A   ($DIALECT, $REQS requests of 64 tokens, 64 streams a side, at once)"
+  echo "round  A µs/token  B µs/token  B / A" \
+    "  ($DIALECT, $REQS requests of 64 tokens, 64 streams a side, at once)"
   ratios=()
   for r in $(seq 1 "$ROUNDS"); do
     a0=$(ticks $pa) b0=$(ticks $pb)

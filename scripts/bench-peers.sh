@@ -38,8 +38,9 @@
 #   MEM_NGINX=1       also measure nginx in part 3 (0: lingo only)
 #   ROUTER_POLICY=round_robin          both routers' policy (one worker: the proxying cost only)
 #   PARTS="instant realistic paired memory"   which parts to run
-#   PAIRS="pass/pass nginx/pass nginx/trans pass/fpass trans/ftrans"   part 2b's pairs,
-#                     A/B (pass/pass: two lingo processes alike, the measure's own spread)
+#   PAIRS="pass/pass nginx/pass nginx/trans pass/fpass trans/ftrans direct/nginx direct/pass
+#          direct/trans"   part 2b's pairs, A/B (pass/pass: two lingo processes alike, the
+#                     measure's own spread; direct: the mock alone, for the TTFT a proxy adds)
 #   PAIR_ROUNDS=8 PAIR_REQS=1280                              part 2b's rounds, requests a side
 #   INSTALL=1         install what is missing (0: skip what is missing)
 #   LINGO_BIN=path    measure this lingo binary instead of building this checkout's
@@ -67,7 +68,7 @@ MEM_TOKENS=${MEM_TOKENS:-120}
 MEM_NGINX=${MEM_NGINX:-1}
 ROUTER_POLICY=${ROUTER_POLICY:-round_robin}
 PARTS=${PARTS:-instant realistic paired memory}
-PAIRS=${PAIRS:-pass/pass nginx/pass nginx/trans pass/fpass trans/ftrans}
+PAIRS=${PAIRS:-pass/pass nginx/pass nginx/trans pass/fpass trans/ftrans direct/nginx direct/pass direct/trans}
 PAIR_ROUNDS=${PAIR_ROUNDS:-8}
 PAIR_REQS=${PAIR_REQS:-1280}
 INSTALL=${INSTALL:-1}
@@ -465,13 +466,16 @@ PY
 }
 
 # ---------------------------------------------------------------------------------------------
-# One side of a pair: its own paced mock and its proxy. Sets SIDE_PID SIDE_PORT SIDE_DIALECT
-# SIDE_MOCK. Sides: nginx, pass, trans (lingo, a pool of one), fpass, ftrans (a pool of four).
+# One side of a pair: its own paced mock and its proxy. Sets SIDE_PID (empty for direct)
+# SIDE_PORT SIDE_DIALECT SIDE_MOCK. Sides: direct (the mock alone), nginx, pass, trans (lingo,
+# a pool of one), fpass, ftrans (a pool of four).
 start_side() { # key tag
   local key=$1 tag=$2 n=1
   case $key in fpass | ftrans) n=4 ;; esac
   start_mock "$tag.mock" "$n" --ttft 20ms --itl 5ms; SIDE_MOCK=$MOCK_PID
+  SRV_PID="" SRV_PORT=${MOCK_PORTS[0]}
   case $key in
+    direct) ;;
     nginx) start_nginx "$tag" "${MOCK_PORTS[0]}" ;;
     *) start_lingo "$tag" "${MOCK_PORTS[@]:0:$n}" ;;
   esac
@@ -481,27 +485,32 @@ start_side() { # key tag
   [ "$SIDE_DIALECT" = sglang ] && route=/generate body=$SGL_ST
   wait_post "http://127.0.0.1:$SIDE_PORT$route" "$body" || { echo "$tag did not start" >&2; return 1; }
 }
+side_ticks() { if [ -n "$1" ]; then ticks "$1"; else echo 0; fi; }
 
 # 2b. Two paths at once, each with its own mock and its own `lingo bench`: both meet the same
 # machine at the same moment (the neighbours' load, the cores' speed), so the ratio of their
 # CPU per token holds still where part 2's, from runs seconds apart, moves by 10-30% from round
 # to round. The side started first alternates. The first pair, two lingo processes alike,
-# shows the measure's own spread (0.95-1.04 over six rounds when it was written).
+# shows the measure's own spread (0.95-1.04 over six rounds when it was written). A pair with
+# `direct` (the mock alone) gives the TTFT a proxy adds, both measured at the same moment.
 part_paired() {
   echo
   echo "## 2b. Realistic upstream, two paths at once (each its own mock and $REAL_CONC streams), $PAIR_ROUNDS rounds of $PAIR_REQS requests"
   [ -f "$WORK/prompts.jsonl" ] || write_prompts
   local pair tag a b r ap bp am bm aport bport ad bd a0 b0 a1 b1 first
-  printf '%-5s %-30s %14s %14s %8s\n' round pair "A CPU µs/tok" "B CPU µs/tok" "B / A"
+  printf '%-5s %-14s %12s %12s %8s %11s %11s %9s\n' round pair "A µs/tok" "B µs/tok" "B / A" \
+    "A TTFT ms" "B TTFT ms" "B - A ms"
   for pair in $PAIRS; do
     a=${pair%/*} b=${pair#*/} tag=${pair/\//-}
-    if [ "$a" = nginx ] && ! command -v nginx >/dev/null; then echo "nginx: not installed, skipped" >&2; continue; fi
+    if [[ " $a $b " == *" nginx "* ]] && ! command -v nginx >/dev/null; then
+      echo "nginx: not installed, $pair skipped" >&2; continue
+    fi
     start_side "$a" "pair.$tag.a" || continue
     ap=$SIDE_PID aport=$SIDE_PORT ad=$SIDE_DIALECT am=$SIDE_MOCK
-    start_side "$b" "pair.$tag.b" || { stop "$ap" "$am"; continue; }
+    start_side "$b" "pair.$tag.b" || { stop ${ap:+"$ap"} "$am"; continue; }
     bp=$SIDE_PID bport=$SIDE_PORT bd=$SIDE_DIALECT bm=$SIDE_MOCK
     for r in $(seq 1 "$PAIR_ROUNDS"); do
-      a0=$(ticks "$ap"); b0=$(ticks "$bp")
+      a0=$(side_ticks "$ap"); b0=$(side_ticks "$bp")
       local runs=()
       for first in $( ((r % 2)) && echo "a b" || echo "b a"); do
         local port=$aport dialect=$ad
@@ -512,41 +521,53 @@ part_paired() {
           --json "$WORK/pair.$tag.$first.$r.json" >/dev/null 2>>"$WORK/pair.bench.err" & runs+=($!)
       done
       wait "${runs[@]}" || true
-      a1=$(ticks "$ap"); b1=$(ticks "$bp")
+      a1=$(side_ticks "$ap"); b1=$(side_ticks "$bp")
       python3 - "$WORK/pair.$tag.a.$r.json" "$WORK/pair.$tag.b.$r.json" $((a1 - a0)) $((b1 - b0)) \
-        "$HZ" "$r" "$pair" >>"$WORK/pair.tsv" <<'PY'
+        "$HZ" "$r" "$pair" "${ap:-none}" "${bp:-none}" >>"$WORK/pair.tsv" <<'PY'
 import json, sys
-fa, fb, ta, tb, hz, r, pair = sys.argv[1:]
-def tokens(f):
+fa, fb, ta, tb, hz, r, pair, pa, pb = sys.argv[1:]
+def level(f):
     try:
         l = json.load(open(f))["levels"][0]
     except (OSError, ValueError, KeyError, IndexError):
-        return 0
-    return l["tokens"] if l["ok"] and not l["fail"] else 0
-na, nb = tokens(fa), tokens(fb)
-if not na or not nb:
-    print(f"{r}\t{pair}\t-\t-\t-\ta bench failed or lost requests"); sys.exit()
-ca, cb = int(ta) / int(hz) / na * 1e6, int(tb) / int(hz) / nb * 1e6
-print(f"{r}\t{pair}\t{ca:.2f}\t{cb:.2f}\t{cb / ca:.3f}\t")
+        return None
+    return l if l["ok"] and not l["fail"] and l["tokens"] else None
+la, lb = level(fa), level(fb)
+if not la or not lb:
+    print(f"{r}\t{pair}\t-\t-\t-\t-\t-\ta bench failed or lost requests"); sys.exit()
+cpu = lambda t, l, p: None if p == "none" else int(t) / int(hz) / l["tokens"] * 1e6
+ca, cb = cpu(ta, la, pa), cpu(tb, lb, pb)
+fmt = lambda x, f: "-" if x is None else format(x, f)
+ratio = cb / ca if ca and cb is not None else None
+print(f"{r}\t{pair}\t{fmt(ca, '.2f')}\t{fmt(cb, '.2f')}\t{fmt(ratio, '.3f')}"
+      f"\t{la['ttft_p50'] * 1e3:.3f}\t{lb['ttft_p50'] * 1e3:.3f}\t")
 PY
-      tail -n 1 "$WORK/pair.tsv" | awk -F'\t' '{printf "%-5s %-30s %14s %14s %8s %s\n", $1, $2, $3, $4, $5, $6}'
+      tail -n 1 "$WORK/pair.tsv" | awk -F'\t' '{printf "%-5s %-14s %12s %12s %8s %11s %11s %9s %s\n",
+        $1, $2, $3, $4, $5, $6, $7, ($6 == "-" ? "-" : sprintf("%.3f", $7 - $6)), $8}'
     done
-    stop "$ap" "$bp" "$am" "$bm"
+    stop ${ap:+"$ap"} ${bp:+"$bp"} "$am" "$bm"
   done
   [ -s "$WORK/pair.tsv" ] || { echo "no pair ran"; return; }
   python3 - "$WORK/pair.tsv" <<'PY'
 import collections, statistics, sys
-ratios = collections.defaultdict(list)
+ratios, added = collections.defaultdict(list), collections.defaultdict(list)
 for line in open(sys.argv[1]):
-    r, pair, ca, cb, ratio, *_ = line.rstrip("\n").split("\t")
+    r, pair, ca, cb, ratio, ta, tb, *_ = line.rstrip("\n").split("\t")
     if ratio != "-": ratios[pair].append(float(ratio))
+    if ta != "-": added[pair].append(float(tb) - float(ta))
 goal = {"pass/pass": "control: two lingo processes alike (1.00 but for the measure's own spread)",
         "nginx/pass": "passthrough x nginx (<= 1.05)", "nginx/trans": "translation x nginx (<= 1.15)",
         "pass/fpass": "fleet(4) / pool of one, passthrough (within 5%)",
         "trans/ftrans": "fleet(4) / pool of one, translation (within 5%)"}
-print("\n### Summary, two paths at once: CPU per streamed token, B / A (median of rounds, then min-max)")
+span = lambda xs, f: f"{statistics.median(xs):{f}}  ({min(xs):{f}}-{max(xs):{f}}, {len(xs)} rounds)"
+print("\n### Summary, two paths at once (median of rounds, then min-max)")
+print("CPU per streamed token, B / A:")
 for pair, xs in ratios.items():
-    print(f"  {pair:<14} {statistics.median(xs):.3f}  ({min(xs):.3f}-{max(xs):.3f}, {len(xs)} rounds)  {goal.get(pair, '')}")
+    print(f"  {pair:<14} {span(xs, '.3f')}  {goal.get(pair, '')}")
+print("TTFT p50, B - A in ms (against direct: the TTFT the proxy adds, on a machine carrying two\n"
+      "loads at once, so not part 2's operating point; against nginx: lingo's TTFT beside nginx's):")
+for pair, xs in added.items():
+    print(f"  {pair:<14} {span(xs, '.3f')}")
 PY
 }
 

@@ -6,7 +6,7 @@ FROM rust:1.95-slim-bookworm AS build
 # PGO=1 (`docker build --build-arg PGO=1 -t lingo .`): the profile-guided build of
 # scripts/build-pgo.sh, 10-17% less CPU a request than the plain build (README, "The
 # profile-guided build"). It builds twice and runs a training load on loopback in between:
-# about 16 minutes on two cores, where the plain build takes about 6. The script adds the
+# about 15 minutes on two cores, where the plain build takes about 6. The script adds the
 # toolchain's llvm-tools with rustup (from the network, as cargo fetches the crates).
 ARG PGO=0
 WORKDIR /src

@@ -16,14 +16,8 @@ set -euo pipefail
 A=${1:?usage: bench-ab-real.sh A_BINARY B_BINARY} B=${2:?usage: bench-ab-real.sh A_BINARY B_BINARY}
 ROUNDS=${ROUNDS:-3} REQS=${REQS:-1280} DIALECT=${DIALECT:-openai-completions} AT_ONCE=${AT_ONCE:-1}
 . "$(dirname "$0")/lib/ab.sh"
-# Text prompts of 128 words (the mock counts a word a token), as bench-peers.sh sends.
-python3 - >"$W/prompts.jsonl" <<'PY'
-import json, random
-rng = random.Random(0)
-words = "time river stone cloud green light house tree bird road song field".split()
-for _ in range(256):
-    print(json.dumps({"prompt": " ".join(rng.choice(words) for _ in range(128)), "output_len": 64}))
-PY
+. "$(dirname "$0")/lib/realistic.sh"
+write_prompts "$W/prompts.jsonl"
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 HZ=$(getconf CLK_TCK)
 
@@ -49,10 +43,8 @@ serve() {
 }
 # drive PORT NAME: the realistic load through the proxy on PORT.
 drive() {
-  "$B" bench --url "http://127.0.0.1:$1" --dialect "$DIALECT" --model mock-model \
-    --concurrency 64 --dataset "$W/prompts.jsonl" --output-len 64 \
-    --requests-per-level "$REQS" --warmup 0 --duration 120s --timeout 60s --max-fail 0 \
-    >/dev/null 2>"$W/bench.$2.err" ||
+  realistic_bench "$B" "http://127.0.0.1:$1" "$DIALECT" 64 "$REQS" "$W/prompts.jsonl" \
+    --max-fail 0 >/dev/null 2>"$W/bench.$2.err" ||
     { echo "lingo bench failed:" >&2; cat "$W/bench.$2.err" >&2; exit 1; }
 }
 per_token() { python3 -c "print('%.2f' % (($1) / $HZ * 1e6 / ($REQS * 64)))"; }

@@ -56,6 +56,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/nginx.sh
+. scripts/lib/realistic.sh
 DURATION=${DURATION:-10s}
 ROUNDS=${ROUNDS:-2}
 CONC=${CONC:-32}
@@ -375,24 +376,12 @@ body_for() { # path mode
 }
 
 # ---------------------------------------------------------------------------------------------
-# Text prompts of 128 tokens (the mock counts a word a token) from a file: sglang-router
-# refuses a completions prompt of token ids, which `lingo bench` sends by default.
-write_prompts() {
-  python3 - >"$WORK/prompts.jsonl" <<'PY'
-import json, random
-rng = random.Random(0)
-words = "time river stone cloud green light house tree bird road song field".split()
-for _ in range(256):
-    print(json.dumps({"prompt": " ".join(rng.choice(words) for _ in range(128)), "output_len": 64}))
-PY
-}
-
 part_realistic() {
   echo
   echo "## 2. Realistic upstream (TTFT 20 ms, 5 ms/token, 64 tokens), $REAL_CONC streams, lingo bench, $REAL_REQS requests, $ROUNDS rounds"
   start_mock real 4 --ttft 20ms --itl 5ms
   start_paths real
-  write_prompts
+  write_prompts "$WORK/prompts.jsonl"
   local p r before after
   printf '%-5s %-28s %9s %12s %14s %10s %s\n' round path "tok/s" "TTFT p50 ms" "CPU µs/token" tokens notes
   for r in $(seq 1 "$ROUNDS"); do
@@ -400,12 +389,9 @@ part_realistic() {
       local dialect=openai-completions; [ "${DIALECT[$p]}" = sgl ] && dialect=sglang
       before=0; after=0
       if [ -n "${PID[$p]}" ]; then before=$(ticks "${PID[$p]}"); fi
-      # No warmup: each path opens its connections inside the level alike, and every token the
-      # proxy carries is one the report counts.
-      $LINGO bench --url "http://127.0.0.1:${PORT[$p]}" --dialect "$dialect" --model mock-model \
-        --concurrency "$REAL_CONC" --dataset "$WORK/prompts.jsonl" --output-len 64 \
-        --requests-per-level "$REAL_REQS" --warmup 0 --duration 120s --timeout 60s \
-        --json "$WORK/real.$p.$r.json" >/dev/null 2>"$WORK/real.bench.err" || true
+      realistic_bench "$LINGO" "http://127.0.0.1:${PORT[$p]}" "$dialect" "$REAL_CONC" \
+        "$REAL_REQS" "$WORK/prompts.jsonl" --json "$WORK/real.$p.$r.json" \
+        >/dev/null 2>"$WORK/real.bench.err" || true
       if [ -n "${PID[$p]}" ]; then after=$(ticks "${PID[$p]}"); fi
       python3 - "$WORK/real.$p.$r.json" "$before" "$after" "$HZ" "${PID[$p]:-none}" "$r" "$p" "${NAME[$p]}" \
         >>"$WORK/real.tsv" <<'PY'
@@ -496,7 +482,7 @@ side_ticks() { if [ -n "$1" ]; then ticks "$1"; else echo 0; fi; }
 part_paired() {
   echo
   echo "## 2b. Realistic upstream, two paths at once (each its own mock and $REAL_CONC streams), $PAIR_ROUNDS rounds of $PAIR_REQS requests"
-  [ -f "$WORK/prompts.jsonl" ] || write_prompts
+  [ -f "$WORK/prompts.jsonl" ] || write_prompts "$WORK/prompts.jsonl"
   local pair tag a b r ap bp am bm aport bport ad bd a0 b0 a1 b1 first
   printf '%-5s %-14s %12s %12s %8s %11s %11s %9s\n' round pair "A µs/tok" "B µs/tok" "B / A" \
     "A TTFT ms" "B TTFT ms" "B - A ms"
@@ -515,10 +501,10 @@ part_paired() {
       for first in $( ((r % 2)) && echo "a b" || echo "b a"); do
         local port=$aport dialect=$ad
         [ "$first" = b ] && port=$bport dialect=$bd
-        $LINGO bench --url "http://127.0.0.1:$port" --dialect "$dialect" --model mock-model \
-          --concurrency "$REAL_CONC" --dataset "$WORK/prompts.jsonl" --output-len 64 \
-          --requests-per-level "$PAIR_REQS" --warmup 0 --duration 120s --timeout 60s \
-          --json "$WORK/pair.$tag.$first.$r.json" >/dev/null 2>>"$WORK/pair.bench.err" & runs+=($!)
+        realistic_bench "$LINGO" "http://127.0.0.1:$port" "$dialect" "$REAL_CONC" "$PAIR_REQS" \
+          "$WORK/prompts.jsonl" --json "$WORK/pair.$tag.$first.$r.json" \
+          >/dev/null 2>>"$WORK/pair.bench.err" &
+        runs+=($!)
       done
       wait "${runs[@]}" || true
       a1=$(side_ticks "$ap"); b1=$(side_ticks "$bp")

@@ -4,7 +4,7 @@ use bytes::BytesMut;
 
 use super::{anthropic, llamacpp, ollama, openai, sglang, tgi, vllm_legacy};
 use crate::error::ProxyError;
-use crate::model::{ChunkCounts, Event, MAX_CHOICES};
+use crate::model::{Chunk, ChunkCounts, Event, MAX_CHOICES};
 use crate::stream::framing::Frame;
 
 /// Turns canonical events into a client dialect's stream bytes.
@@ -124,6 +124,17 @@ impl StreamDecoder {
     pub fn counts(&self, data: &[u8]) -> Option<ChunkCounts> {
         match self {
             StreamDecoder::Openai(d) => d.counts(data).filter(|c| c.index < MAX_CHOICES),
+            _ => None,
+        }
+    }
+
+    /// A frame's one chunk (`data`, its payload), when the decoder reads it from the stream's
+    /// shape (an OpenAI stream's shaped event): what `frame` gives for it, for a translation
+    /// that encodes whole events without framing them. `None`: decode it with `frame`.
+    #[inline]
+    pub fn shaped(&self, data: &[u8]) -> Option<Chunk> {
+        match self {
+            StreamDecoder::Openai(d) => d.shaped(data).filter(|c| c.index < MAX_CHOICES),
             _ => None,
         }
     }

@@ -320,8 +320,22 @@ impl State {
     /// those bytes are `data` as it came, and the failure that ends the stream, if any.
     fn frame(&mut self, data: Bytes, eof: bool) -> (Bytes, u32, bool, Option<ProxyError>) {
         let starts_whole = self.parser.between_events();
+        // A translation encodes the whole events it reads from their shape first, unframed.
+        let (encoded, mut tokens) = match self.output {
+            Output::Encode(_) => {
+                let mut out = blocks::open(&ENCODED, data.len() + 256);
+                let (at, tokens) = self.encode_whole(&data, &mut out);
+                (Some((out, at)), tokens)
+            }
+            _ => (None, 0),
+        };
+        let skip = encoded.as_ref().map_or(0, |(_, at)| *at);
         let mut frames = FRAMES.take();
-        let fed = self.parser.try_feed_bytes(data.clone(), &mut frames);
+        let fed = match skip {
+            n if n == data.len() => Ok(()),
+            0 => self.parser.try_feed_bytes(data.clone(), &mut frames),
+            n => self.parser.try_feed_bytes(data.slice(n..), &mut frames),
+        };
         if eof && fed.is_ok() {
             self.parser.finish(&mut frames);
         }
@@ -333,12 +347,11 @@ impl State {
             && fed.is_ok()
             && self.parser.between_events()
             && matches!(self.output, Output::Reframe { alias: None, .. });
-        let mut out = if raw || verbatim {
-            BytesMut::new()
-        } else {
-            blocks::open(&ENCODED, data.len() + 256)
+        let mut out = match encoded {
+            Some((out, _)) => out,
+            None if raw || verbatim => BytesMut::new(),
+            None => blocks::open(&ENCODED, data.len() + 256),
         };
-        let mut tokens = 0u32;
         let mut failure = None;
         for (i, frame) in frames.iter().enumerate() {
             match self.event(frame, &mut out, &mut tokens, verbatim) {
@@ -403,6 +416,31 @@ impl State {
                 break;
             };
             tokens = tokens.saturating_add(self.count(&c));
+            at += end + 2;
+        }
+        (at, tokens)
+    }
+
+    /// The whole SSE events `data` begins with that the decoder reads from its shape (most
+    /// of a translated stream's), decoded, accounted for and encoded into `out`, as `event`
+    /// would have done with their frames: the bytes they took and their tokens. No frames
+    /// are cut for them, as `count_whole` cuts none for a passthrough's.
+    #[inline]
+    fn encode_whole(&mut self, data: &[u8], out: &mut BytesMut) -> (usize, u32) {
+        let (mut at, mut tokens) = (0, 0u32);
+        if !self.parser.between_events() {
+            return (at, tokens);
+        }
+        while let Some(end) = self.parser.whole_event(&data[at..]) {
+            let Some(c) = self.decoder.shaped(&data[at + SSE_DATA.len()..at + end]) else {
+                break;
+            };
+            self.events.clear();
+            self.events.push(Event::Chunk(c));
+            tokens = tokens.saturating_add(self.account());
+            if let Output::Encode(enc) = &mut self.output {
+                enc.events(&self.events, out);
+            }
             at += end + 2;
         }
         (at, tokens)
@@ -831,6 +869,51 @@ mod tests {
             // One piece a chunk (re-framed, the comment's chunk gave none).
             assert_eq!(first.len(), chunks.len() - usize::from(strip_usage));
         }
+    }
+
+    /// A translation of vLLM's completions stream for an SGLang client.
+    fn translating() -> State {
+        let req = Dialect::Sglang
+            .decode_request(br#"{"text": "a b", "stream": true}"#)
+            .unwrap();
+        let ctx = crate::dialect::Ctx::new(&req, "id".into(), "m".into());
+        let mut st = reframing(false);
+        st.output = Output::Encode(Box::new(Dialect::Sglang.stream_encoder(ctx)));
+        st
+    }
+
+    #[tokio::test]
+    async fn a_translation_encodes_whole_shaped_events_as_it_would_their_frames() {
+        let d = vllm(" d", "null");
+        let (d_head, d_tail) = d.split_at(30);
+        let chunks = [
+            vllm(" a", "null"),
+            vllm(" b", "null") + &vllm("", "null") + d_head,
+            // An escaped text is not the shape's: framed and decoded whole.
+            d_tail.to_string() + &vllm(" e", "null") + &vllm(r#" \"q\""#, "null"),
+            vllm(" f", "null") + USAGE + "data: [DONE]\n\n",
+        ]
+        .map(Bytes::from);
+        let mut st = translating();
+        let (whole, tokens) = drive(&mut st, &chunks);
+        // The same stream a byte at a time: no whole event in any read, every one framed.
+        let all = chunks.concat();
+        let bytes: Vec<Bytes> = all.chunks(1).map(Bytes::copy_from_slice).collect();
+        let (framed, framed_tokens) = drive(&mut translating(), &bytes);
+        let text = |b: Vec<Bytes>| String::from_utf8(b.concat()).unwrap();
+        let whole = text(whole);
+        assert_eq!(whole, text(framed));
+        assert_eq!(tokens, framed_tokens);
+        // Every text an event (the empty one none), the whole text so far in each.
+        assert_eq!(whole.matches("data: {").count(), 6, "{whole}");
+        assert!(whole.contains(r#""text":" a b d e \"q\" f""#), "{whole}");
+        // Whole shaped events, once the stream's shape is known, are read without frames.
+        let next = Bytes::from(vllm(" g", "null") + &vllm(" h", "null"));
+        let mut out = BytesMut::new();
+        let mut st = translating();
+        drive(&mut st, &chunks[..1]);
+        assert_eq!(st.encode_whole(&next, &mut out), (next.len(), 2));
+        assert!(String::from_utf8_lossy(&out).contains(" a g h"));
     }
 
     fn sent_one(st: &mut State) -> Bytes {

@@ -113,6 +113,14 @@ impl Decoder {
         self.shape.counts(data)
     }
 
+    /// A frame's chunk (`data`, its payload), when it is the stream's shape with new values:
+    /// the one event `frame` would give for it, for a translation that reads whole events
+    /// without framing them. `None`: read it with `frame`.
+    #[inline]
+    pub fn shaped(&self, data: &[u8]) -> Option<Chunk> {
+        self.shape.chunk(data)
+    }
+
     /// Whether `data` would be read from the stream's shape.
     #[cfg(test)]
     pub(super) fn shape_reads(&self, data: &[u8]) -> bool {

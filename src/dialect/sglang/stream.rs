@@ -69,14 +69,13 @@ impl Sofar {
 
 /// One event as serde_json wrote it from a struct of these fields, in this order (the tests
 /// keep that struct as the reference), from its pieces already in JSON (see `Written`):
-/// `{"text":..,"output_ids":..,"meta_info":..,"index":..}`.
+/// `{"text":..,"output_ids":..,"meta_info":..,"index":..}`, the `meta_info` by `meta`.
 fn write_event(
     out: &mut BytesMut,
-    w: &mut Written,
+    w: &Written,
     ids: bool,
-    meta: &MetaInfo<'_>,
     index: Option<u32>,
-    scratch: &mut Vec<u8>,
+    meta: impl FnOnce(&mut BytesMut),
 ) {
     out.put_slice(b"data: {\"text\":\"");
     out.put_slice(&w.text);
@@ -86,15 +85,8 @@ fn write_event(
         out.put_slice(&w.ids);
         out.put_slice(b"]");
     }
-    scratch.clear();
-    meta.write_json_with_id(scratch, |scratch, id| {
-        if w.id.is_empty() {
-            w.set_id(id);
-        }
-        scratch.extend_from_slice(&w.id);
-    });
     out.put_slice(b",\"meta_info\":");
-    out.put_slice(scratch);
+    meta(out);
     if let Some(i) = index {
         out.put_slice(b",\"index\":");
         out.put_slice(itoa::Buffer::new().format(i).as_bytes());
@@ -102,34 +94,29 @@ fn write_event(
     out.put_slice(b"}\n\n");
 }
 
-/// An event of a choice still running, without logprobs: what `write_event` writes then,
-/// written straight into `out`. Its `meta_info` is only counts, a `null` finish and the id
-/// already in JSON; building a `MetaInfo` and writing it through the scratch buffer was
-/// about a third of writing the event (a translated stream writes one a token).
-fn write_running(out: &mut BytesMut, w: &Written, ids: bool, usage: Usage, index: Option<u32>) {
+/// `meta_info` in full (`MetaInfo::write_json`), with the choice's id as kept (`id`, in
+/// JSON), through `scratch`.
+fn write_meta(out: &mut BytesMut, meta: &MetaInfo<'_>, id: &[u8], scratch: &mut Vec<u8>) {
+    scratch.clear();
+    meta.write_json_with_id(scratch, |scratch, _| scratch.extend_from_slice(id));
+    out.put_slice(scratch);
+}
+
+/// `meta_info` of a choice still running, in a request without logprobs: only counts, a
+/// `null` finish and the id (`id`, in JSON), written straight into `out`. Building a
+/// `MetaInfo` and writing it through the scratch buffer was about a third of writing the
+/// event (a translated stream writes one a token).
+fn write_running_meta(out: &mut BytesMut, usage: Usage, id: &[u8]) {
     let mut digits = itoa::Buffer::new();
-    out.put_slice(b"data: {\"text\":\"");
-    out.put_slice(&w.text);
-    if ids {
-        out.put_slice(b"\",\"output_ids\":[");
-        out.put_slice(&w.ids);
-        out.put_slice(b"],\"meta_info\":{\"cached_tokens\":");
-    } else {
-        out.put_slice(b"\",\"meta_info\":{\"cached_tokens\":");
-    }
+    out.put_slice(b"{\"cached_tokens\":");
     out.put_slice(digits.format(usage.cached_tokens.unwrap_or(0)).as_bytes());
     out.put_slice(b",\"completion_tokens\":");
     out.put_slice(digits.format(usage.completion_tokens).as_bytes());
     out.put_slice(b",\"finish_reason\":null,\"id\":");
-    out.put_slice(&w.id);
+    out.put_slice(id);
     out.put_slice(b",\"prompt_tokens\":");
     out.put_slice(digits.format(usage.prompt_tokens).as_bytes());
     out.put_slice(b"}");
-    if let Some(i) = index {
-        out.put_slice(b",\"index\":");
-        out.put_slice(digits.format(i).as_bytes());
-    }
-    out.put_slice(b"}\n\n");
 }
 
 /// The most tokens a choice's state is sized for up front (more grow as they come).
@@ -241,25 +228,24 @@ impl Encoder {
     /// One cumulative event for choice `index`, with the counts as they stand (`meta`).
     fn write(&mut self, index: u32, out: &mut BytesMut) {
         let i = index as usize;
-        let ids = self.choices[i].ids;
-        let multi = self.ctx.is_multi().then_some(index);
-        if self.choices[i].finish.is_none() && self.ctx.logprobs.is_none() {
-            let usage = usage(&self.ctx, &self.tally, index);
-            let w = &mut self.written[i];
-            if w.id.is_empty() {
-                w.set_id(&choice_id(&self.ctx, index));
-            }
-            return write_running(out, w, ids, usage, multi);
+        let st = &self.choices[i];
+        let w = &mut self.written[i];
+        if w.id.is_empty() {
+            w.set_id(&choice_id(&self.ctx, index));
         }
-        let meta = meta(&self.ctx, &self.tally, &self.choices[i], index);
-        write_event(
-            out,
-            &mut self.written[i],
-            ids,
-            &meta,
-            multi,
-            &mut self.scratch,
-        );
+        let multi = self.ctx.is_multi().then_some(index);
+        if st.finish.is_none() && self.ctx.logprobs.is_none() {
+            let usage = usage(&self.ctx, &self.tally, index);
+            write_event(out, w, st.ids, multi, |out| {
+                write_running_meta(out, usage, &w.id)
+            });
+        } else {
+            let meta = meta(&self.ctx, &self.tally, st, index);
+            let scratch = &mut self.scratch;
+            write_event(out, w, st.ids, multi, |out| {
+                write_meta(out, &meta, &w.id, scratch)
+            });
+        }
     }
 
     pub fn end(&mut self, out: &mut BytesMut) {
@@ -567,8 +553,11 @@ mod tests {
         let meta = meta_info(&enc.ctx, &choice, usage, true);
         let (mut w, mut scratch) = (Written::default(), Vec::new());
         w.extend(&choice.text, choice.token_ids.as_deref());
+        w.set_id(&choice_id(&enc.ctx, 1));
         let mut out = BytesMut::new();
-        write_event(&mut out, &mut w, true, &meta, Some(1), &mut scratch);
+        write_event(&mut out, &w, true, Some(1), |out| {
+            write_meta(out, &meta, &w.id, &mut scratch)
+        });
         let want = reference(&choice.text, choice.token_ids.as_deref(), &meta, Some(1));
         assert_eq!(
             String::from_utf8_lossy(&out),

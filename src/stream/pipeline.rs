@@ -321,15 +321,14 @@ impl State {
     fn frame(&mut self, data: Bytes, eof: bool) -> (Bytes, u32, bool, Option<ProxyError>) {
         let starts_whole = self.parser.between_events();
         // A translation encodes the whole events it reads from their shape first, unframed.
-        let (encoded, mut tokens) = match self.output {
-            Output::Encode(_) => {
-                let mut out = blocks::open(&ENCODED, data.len() + 256);
-                let (at, tokens) = self.encode_whole(&data, &mut out);
-                (Some((out, at)), tokens)
-            }
-            _ => (None, 0),
+        let mut encoded = match self.output {
+            Output::Encode(_) => Some(blocks::open(&ENCODED, data.len() + 256)),
+            _ => None,
         };
-        let skip = encoded.as_ref().map_or(0, |(_, at)| *at);
+        let (skip, mut tokens) = match &mut encoded {
+            Some(out) => self.encode_whole(&data, out),
+            None => (0, 0),
+        };
         let mut frames = FRAMES.take();
         let fed = match skip {
             n if n == data.len() => Ok(()),
@@ -348,7 +347,7 @@ impl State {
             && self.parser.between_events()
             && matches!(self.output, Output::Reframe { alias: None, .. });
         let mut out = match encoded {
-            Some((out, _)) => out,
+            Some(out) => out,
             None if raw || verbatim => BytesMut::new(),
             None => blocks::open(&ENCODED, data.len() + 256),
         };
@@ -398,27 +397,18 @@ impl State {
 
     /// The whole SSE events `data` begins with that the decoder counts without events,
     /// accounted for: the bytes they take and their tokens. Only where they would go on
-    /// as they came anyway: a passthrough that renames nothing, between events. A shaped
-    /// event is a chunk, so never one a re-framing leaves out.
+    /// as they came anyway: a passthrough that renames nothing. A shaped event is a chunk,
+    /// so never one a re-framing leaves out.
     #[inline]
     fn count_whole(&mut self, data: &[u8]) -> (usize, u32) {
-        let verbatim = match &self.output {
-            Output::Raw | Output::Reframe { alias: None, .. } => true,
-            Output::Reframe { alias: Some(_), .. } | Output::Encode(_) => false,
-        };
-        let (mut at, mut tokens) = (0, 0u32);
-        // Only from an event's start: not after a line the parser holds.
-        if !verbatim || !self.parser.between_events() {
-            return (at, tokens);
+        match &self.output {
+            Output::Raw | Output::Reframe { alias: None, .. } => {}
+            Output::Reframe { alias: Some(_), .. } | Output::Encode(_) => return (0, 0),
         }
-        while let Some(end) = self.parser.whole_event(&data[at..]) {
-            let Some(c) = self.decoder.counts(&data[at + SSE_DATA.len()..at + end]) else {
-                break;
-            };
-            tokens = tokens.saturating_add(self.count(&c));
-            at += end + 2;
-        }
-        (at, tokens)
+        self.whole_events(data, |st, payload| {
+            let c = st.decoder.counts(payload)?;
+            Some(st.count(&c))
+        })
     }
 
     /// The whole SSE events `data` begins with that the decoder reads from its shape (most
@@ -427,20 +417,36 @@ impl State {
     /// are cut for them, as `count_whole` cuts none for a passthrough's.
     #[inline]
     fn encode_whole(&mut self, data: &[u8], out: &mut BytesMut) -> (usize, u32) {
+        self.whole_events(data, |st, payload| {
+            let c = st.decoder.shaped(payload)?;
+            st.events.clear();
+            st.events.push(Event::Chunk(c));
+            let tokens = st.account();
+            if let Output::Encode(enc) = &mut st.output {
+                enc.events(&st.events, out);
+            }
+            Some(tokens)
+        })
+    }
+
+    /// `read` each whole `data: payload` event `data` begins with (only from an event's
+    /// start, not after a line the parser holds), until it reads one as `None`: the bytes
+    /// the events it read took, and the tokens it gave for them.
+    #[inline]
+    fn whole_events(
+        &mut self,
+        data: &[u8],
+        mut read: impl FnMut(&mut Self, &[u8]) -> Option<u32>,
+    ) -> (usize, u32) {
         let (mut at, mut tokens) = (0, 0u32);
         if !self.parser.between_events() {
             return (at, tokens);
         }
         while let Some(end) = self.parser.whole_event(&data[at..]) {
-            let Some(c) = self.decoder.shaped(&data[at + SSE_DATA.len()..at + end]) else {
+            let Some(n) = read(self, &data[at + SSE_DATA.len()..at + end]) else {
                 break;
             };
-            self.events.clear();
-            self.events.push(Event::Chunk(c));
-            tokens = tokens.saturating_add(self.account());
-            if let Output::Encode(enc) = &mut self.output {
-                enc.events(&self.events, out);
-            }
+            tokens = tokens.saturating_add(n);
             at += end + 2;
         }
         (at, tokens)

@@ -12,6 +12,7 @@
 //!   `{"error":{"message"}}`; after a stream started, the error is a `data:` event.
 
 pub mod error;
+mod forms;
 mod logprobs;
 pub mod request;
 pub mod response;

@@ -1,28 +1,14 @@
 //! `/generate` requests, both directions.
 
 use serde::Deserialize;
-use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
+use super::forms::{IdsWire, OneOrList, TextWire};
 use super::DEFAULT_MAX_NEW_TOKENS;
 use crate::dialect::fields::put_some;
 use crate::dialect::openai::wire::OneOrMany;
-use crate::error::{decode_json, decode_raw_at, ProxyError};
+use crate::error::{decode_json, ProxyError};
 use crate::model::{Prompt, Request, Sampling};
-
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-enum TextWire {
-    One(String),
-    Batch(Vec<String>),
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-enum IdsWire {
-    One(Vec<u32>),
-    Batch(Vec<Vec<u32>>),
-}
 
 /// SGLang's `SamplingParams`; unknown keys are an error there, so here too.
 #[derive(Debug, Default, Deserialize, PartialEq)]
@@ -59,14 +45,11 @@ struct SamplingParams {
 }
 
 #[derive(Debug, Deserialize)]
-struct GenerateRequest<'a> {
+struct GenerateRequest {
     text: Option<TextWire>,
     input_ids: Option<IdsWire>,
     input_embeds: Option<Value>,
-    /// Read apart, once its shape (one dict or a list) is known: as a `Value` it cost a map
-    /// built and a second, path-tracking read.
-    #[serde(borrow)]
-    sampling_params: Option<&'a RawValue>,
+    sampling_params: Option<OneOrList<SamplingParams>>,
     #[serde(default)]
     stream: bool,
     rid: Option<Value>,
@@ -103,7 +86,7 @@ pub fn field_name(canonical: &str) -> String {
 }
 
 /// Top-level fields SGLang has and lingo cannot carry to another server.
-fn refuse_unsupported(w: &GenerateRequest<'_>) -> Result<(), ProxyError> {
+fn refuse_unsupported(w: &GenerateRequest) -> Result<(), ProxyError> {
     let set = [
         ("input_embeds", w.input_embeds.is_some()),
         (
@@ -170,15 +153,8 @@ pub fn decode(body: &[u8]) -> Result<Request, ProxyError> {
     }
     let params = match w.sampling_params {
         None => SamplingParams::default(),
-        Some(raw) if raw.get().starts_with('[') => {
-            let items: Vec<&RawValue> = decode_raw_at(raw, "sampling_params")?;
-            let mut list = Vec::with_capacity(items.len());
-            for (i, item) in items.into_iter().enumerate() {
-                list.push(decode_raw_at::<SamplingParams>(
-                    item,
-                    &format!("sampling_params[{i}]"),
-                )?);
-            }
+        Some(OneOrList::One(p)) => p,
+        Some(OneOrList::List(mut list)) => {
             let first = list.pop().unwrap_or_default();
             if list.iter().any(|p| *p != first) {
                 return Err(ProxyError::unsupported(
@@ -188,7 +164,6 @@ pub fn decode(body: &[u8]) -> Result<Request, ProxyError> {
             }
             first
         }
-        Some(raw) => decode_raw_at(raw, "sampling_params")?,
     };
     let mut req = Request::new(prompt);
     req.batched = batched;
@@ -353,7 +328,7 @@ mod tests {
     }
 
     #[test]
-    fn sampling_params_read_from_their_own_text() {
+    fn sampling_params_read_in_the_same_pass_as_the_rest() {
         let plain = decode(br#"{"text": "a", "sampling_params": null}"#).unwrap();
         assert_eq!(plain.sampling.max_tokens, Some(DEFAULT_MAX_NEW_TOKENS));
         let one = decode(br#"{"text": "a", "sampling_params": {"max_new_tokens": 3}}"#).unwrap();

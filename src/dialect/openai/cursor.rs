@@ -108,8 +108,49 @@ pub(crate) fn has_stop(bytes: &[u8]) -> bool {
 /// folded in the same step, unchecked for the first 19 digits (they fit a `u64`):
 /// `str::parse` cost a hundred instructions a token id, and a count of the digits before
 /// folding them half of that.
+///
+/// A number of at most seven digits with eight bytes to read (a token id, a count, inside
+/// any event) is read eight bytes at once (`short_uint`): about 11 instructions a digit
+/// byte by byte, fewer than 30 for the whole number at once.
 #[inline]
 pub(crate) fn plain_uint(bytes: &[u8]) -> Sure<(u64, usize)> {
+    if let Some(word) = bytes.first_chunk::<8>() {
+        if let Some((value, n)) = short_uint(u64::from_le_bytes(*word)) {
+            let plain = n == 1 || (n > 1 && bytes[0] != b'0');
+            return plain.then_some((value, n));
+        }
+    }
+    long_uint(bytes)
+}
+
+/// The digits that begin `word` (eight bytes, the first lowest) and how many, when they
+/// are one to seven and a byte that is not a digit ends them; else `None`.
+#[inline]
+fn short_uint(word: u64) -> Option<(u64, usize)> {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    // A byte is a digit when its high nibble is 3 and adding 6 keeps it so. A carry out of
+    // a byte that is not a digit only reaches bytes after it, which are not read.
+    let off = ((word & (ONES * 0xF0)) ^ (ONES * 0x30))
+        | ((word.wrapping_add(ONES * 0x06) & (ONES * 0xF0)) ^ (ONES * 0x30));
+    // The high bit of every byte of `off` that is not zero: the bytes that are not digits.
+    let stops = (off | ((off & !HIGH) + ONES * 0x7F)) & HIGH;
+    let n = (stops.trailing_zeros() / 8) as usize;
+    if n == 0 || n == 8 {
+        return None;
+    }
+    // The n digits as values, moved to the high end so that the bytes before them (zeros)
+    // are leading zeros; then fold pairs, fours and eights of digits.
+    let d = (word.wrapping_sub(ONES * 0x30)) << (8 * (8 - n));
+    let d = d.wrapping_mul(10).wrapping_add(d >> 8);
+    let d = ((d & 0x0000_00FF_0000_00FF).wrapping_mul(100 + (1_000_000 << 32))
+        + ((d >> 16) & 0x0000_00FF_0000_00FF).wrapping_mul(1 + (10_000 << 32)))
+        >> 32;
+    Some((d, n))
+}
+
+/// `plain_uint` a byte at a time.
+fn long_uint(bytes: &[u8]) -> Sure<(u64, usize)> {
     let (mut n, mut value) = (0, 0u64);
     while n < bytes.len().min(19) {
         let d = bytes[n].wrapping_sub(b'0');
@@ -598,6 +639,29 @@ mod tests {
             let count = c.id_count().filter(|_| c.end().is_some());
             assert_eq!(count, serde.as_ref().map(|v| v.len() as u64), "{text}");
         }
+    }
+
+    #[test]
+    fn a_short_number_read_at_once_is_the_one_read_byte_by_byte() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(12);
+        let alphabet = b"0123456789012345678901234567890123456789,]} .e-/:\xff\xfa";
+        for _ in 0..200_000 {
+            let len = rng.random_range(0..14);
+            let bytes: Vec<u8> = (0..len)
+                .map(|_| alphabet[rng.random_range(0..alphabet.len())])
+                .collect();
+            assert_eq!(plain_uint(&bytes), long_uint(&bytes), "{bytes:?}");
+        }
+        for text in ["1,", "1234567]", "99999999", "0000001,", "4294967295,"] {
+            assert_eq!(
+                plain_uint(text.as_bytes()),
+                long_uint(text.as_bytes()),
+                "{text}"
+            );
+        }
+        assert_eq!(plain_uint(b"1234567,xx"), Some((1_234_567, 7)));
+        assert_eq!(plain_uint(b"07,xxxxxxx"), None);
     }
 
     #[test]

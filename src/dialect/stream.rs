@@ -130,11 +130,14 @@ impl StreamDecoder {
 
     /// A frame's one chunk (`data`, its payload), when the decoder reads it from the stream's
     /// shape (an OpenAI stream's shaped event): what `frame` gives for it, for a translation
-    /// that encodes whole events without framing them. `None`: decode it with `frame`.
+    /// that encodes whole events without framing them, written over `slot`. `None`: decode
+    /// it with `frame` (`slot` may then hold anything).
     #[inline]
-    pub fn shaped(&self, data: &[u8]) -> Option<Chunk> {
+    pub fn shaped_into(&self, data: &[u8], slot: &mut Chunk) -> Option<()> {
         match self {
-            StreamDecoder::Openai(d) => d.shaped(data).filter(|c| c.index < MAX_CHOICES),
+            StreamDecoder::Openai(d) => d
+                .shaped_into(data, slot)
+                .filter(|()| slot.index < MAX_CHOICES),
             _ => None,
         }
     }

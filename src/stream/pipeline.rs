@@ -21,7 +21,7 @@ use crate::blocks;
 use crate::dialect::{Dialect, StreamDecoder, StreamEncoder};
 use crate::error::{ProxyError, Source};
 use crate::metrics::{Emit, Outcome, Progress, Summary};
-use crate::model::{ChunkCounts, Event, Tally};
+use crate::model::{self, ChunkCounts, Event, Tally};
 use crate::upstream::{BodyError, UpstreamBody};
 
 /// What to send the client for each upstream chunk.
@@ -418,9 +418,8 @@ impl State {
     #[inline]
     fn encode_whole(&mut self, data: &[u8], out: &mut BytesMut) -> (usize, u32) {
         self.whole_events(data, |st, payload| {
-            let c = st.decoder.shaped(payload)?;
-            st.events.clear();
-            st.events.push(Event::Chunk(c));
+            st.decoder
+                .shaped_into(payload, chunk_slot(&mut st.events))?;
             let tokens = st.account();
             if let Output::Encode(enc) = &mut st.output {
                 enc.events(&st.events, out);
@@ -697,6 +696,19 @@ fn joined(data: Bytes, counted: usize, rest: Bytes, as_came: bool) -> Bytes {
 
 /// Whether a frame's events are only the request's usage totals (OpenAI's `choices: []`
 /// usage chunk).
+/// `events` as one chunk to read the next shaped event into (`encode_whole`): the one there
+/// already, or a new one.
+fn chunk_slot(events: &mut Vec<Event>) -> &mut model::Chunk {
+    if !matches!(events.as_slice(), [Event::Chunk(_)]) {
+        events.clear();
+        events.push(Event::Chunk(model::Chunk::default()));
+    }
+    match events.first_mut() {
+        Some(Event::Chunk(c)) => c,
+        _ => unreachable!("the list was just made one chunk"),
+    }
+}
+
 fn is_usage_only(events: &[Event]) -> bool {
     events.iter().any(|e| matches!(e, Event::Usage(_)))
         && events

@@ -117,8 +117,8 @@ impl Decoder {
     /// the one event `frame` would give for it, for a translation that reads whole events
     /// without framing them. `None`: read it with `frame`.
     #[inline]
-    pub fn shaped(&self, data: &[u8]) -> Option<Chunk> {
-        self.shape.chunk(data)
+    pub fn shaped_into(&self, data: &[u8], slot: &mut Chunk) -> Option<()> {
+        self.shape.chunk_into(data, slot)
     }
 
     /// Whether `data` would be read from the stream's shape.

@@ -694,8 +694,6 @@ fn joined(data: Bytes, counted: usize, rest: Bytes, as_came: bool) -> Bytes {
     blocks::close(&ENCODED, out)
 }
 
-/// Whether a frame's events are only the request's usage totals (OpenAI's `choices: []`
-/// usage chunk).
 /// `events` as one chunk to read the next shaped event into (`encode_whole`): the one there
 /// already, or a new one.
 fn chunk_slot(events: &mut Vec<Event>) -> &mut model::Chunk {
@@ -709,6 +707,8 @@ fn chunk_slot(events: &mut Vec<Event>) -> &mut model::Chunk {
     }
 }
 
+/// Whether a frame's events are only the request's usage totals (OpenAI's `choices: []`
+/// usage chunk).
 fn is_usage_only(events: &[Event]) -> bool {
     events.iter().any(|e| matches!(e, Event::Usage(_)))
         && events

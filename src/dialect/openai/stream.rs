@@ -113,9 +113,9 @@ impl Decoder {
         self.shape.counts(data)
     }
 
-    /// A frame's chunk (`data`, its payload), when it is the stream's shape with new values:
-    /// the one event `frame` would give for it, for a translation that reads whole events
-    /// without framing them. `None`: read it with `frame`.
+    /// A frame's chunk (`data`, its payload), when it is the stream's shape with new values,
+    /// written over `slot`: the one event `frame` would give for it, for a translation that
+    /// reads whole events without framing them. `None`: read it with `frame`.
     #[inline]
     pub fn shaped_into(&self, data: &[u8], slot: &mut Chunk) -> Option<()> {
         self.shape.chunk_into(data, slot)

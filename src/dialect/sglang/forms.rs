@@ -79,20 +79,17 @@ impl<'de> Visitor<'de> for IdsVisitor {
 
     /// The first item decides the form; the rest must take it too.
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<IdsWire, A::Error> {
-        let hint = seq.size_hint().unwrap_or(0).min(4096);
         match seq.next_element::<IdOrIds>()? {
             None => Ok(IdsWire::One(Vec::new())),
             Some(IdOrIds::Id(first)) => {
-                let mut ids = Vec::with_capacity(hint.max(1));
-                ids.push(first);
+                let mut ids = vec![first];
                 while let Some(id) = seq.next_element()? {
                     ids.push(id);
                 }
                 Ok(IdsWire::One(ids))
             }
             Some(IdOrIds::Ids(first)) => {
-                let mut all = Vec::with_capacity(hint.max(1));
-                all.push(first);
+                let mut all = vec![first];
                 while let Some(ids) = seq.next_element()? {
                     all.push(ids);
                 }

@@ -14,6 +14,7 @@ pub mod tgi;
 pub mod vllm_legacy;
 
 pub mod ctx;
+pub mod digits;
 pub mod fields;
 pub mod json;
 mod stream;

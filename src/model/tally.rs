@@ -57,6 +57,11 @@ impl Tally {
 
     /// Account for one chunk by its counts; returns how many new output tokens it carried.
     pub fn observe_chunk(&mut self, c: &ChunkCounts) -> u32 {
+        // The guess is decided before the choice's slot is borrowed, so the slot is found
+        // once (twice, it was about 40 instructions a chunk, and a translation tallies each
+        // chunk twice: the stream's count and the client encoder's `meta_info`).
+        let guess = u64::from(c.has_text || c.finish.is_none());
+        self.estimated |= c.tokens.is_none() && c.usage.is_none() && guess > 0;
         let slot = self.slot(c.index);
         let new = match (c.tokens, c.usage) {
             (Some(n), _) => u64::from(n),
@@ -68,13 +73,8 @@ impl Tally {
             // whole character, and reasoning or tool-call deltas, as an empty text).
             // Only an empty chunk that carries the finish is none: llama.cpp sends
             // the finish apart from the last token.
-            (None, None) => {
-                let guess = u64::from(c.has_text || c.finish.is_none());
-                self.estimated |= guess > 0;
-                guess
-            }
+            (None, None) => guess,
         };
-        let slot = self.slot(c.index);
         slot.counted = slot.counted.saturating_add(new);
         if let Some(u) = c.usage {
             slot.counted = slot.counted.max(u.completion_tokens);
@@ -83,12 +83,19 @@ impl Tally {
         u32::try_from(new).unwrap_or(u32::MAX)
     }
 
+    #[inline]
     fn slot(&mut self, index: u32) -> &mut ChoiceTally {
         let i = index as usize;
         if self.per_choice.len() <= i {
-            self.per_choice.resize(i + 1, ChoiceTally::default());
+            self.grow(i + 1);
         }
         &mut self.per_choice[i]
+    }
+
+    /// Room for `n` choices: once a stream, per choice, so out of `slot`'s way.
+    #[cold]
+    fn grow(&mut self, n: usize) {
+        self.per_choice.resize(n, ChoiceTally::default());
     }
 
     /// Output tokens of one choice so far.

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use super::logprobs;
+use crate::dialect::digits::push_uint;
 use crate::dialect::json::write_str;
 use crate::dialect::Ctx;
 use crate::error::ProxyError;
@@ -155,11 +156,10 @@ impl MetaInfo<'_> {
     /// `write_json` with the id (a JSON string) written by `id`, given the id: a stream
     /// escapes its id once and copies it at every event after.
     pub fn write_json_with_id(&self, out: &mut Vec<u8>, id: impl FnOnce(&mut Vec<u8>, &str)) {
-        let mut digits = itoa::Buffer::new();
         out.extend_from_slice(b"{\"cached_tokens\":");
-        out.extend_from_slice(digits.format(self.cached_tokens).as_bytes());
+        push_uint(out, self.cached_tokens);
         out.extend_from_slice(b",\"completion_tokens\":");
-        out.extend_from_slice(digits.format(self.completion_tokens).as_bytes());
+        push_uint(out, self.completion_tokens);
         if let Some(l) = self.e2e_latency {
             out.extend_from_slice(b",\"e2e_latency\":");
             json(out, &l);
@@ -180,7 +180,7 @@ impl MetaInfo<'_> {
             }
         }
         out.extend_from_slice(b",\"prompt_tokens\":");
-        out.extend_from_slice(digits.format(self.prompt_tokens).as_bytes());
+        push_uint(out, self.prompt_tokens);
         out.push(b'}');
     }
 }
@@ -266,12 +266,11 @@ fn write_item(out: &mut Vec<u8>, ctx: &Ctx, c: &Choice, usage: Usage) {
 /// Token ids as serde_json writes a list's items (no brackets), each after a comma when
 /// `after` says the list already has items.
 pub(super) fn push_ids(out: &mut Vec<u8>, ids: &[u32], mut after: bool) {
-    let mut digits = itoa::Buffer::new();
     for &id in ids {
         if std::mem::replace(&mut after, true) {
             out.push(b',');
         }
-        out.extend_from_slice(digits.format(id).as_bytes());
+        push_uint(out, u64::from(id));
     }
 }
 

@@ -9,6 +9,7 @@ use serde_json::Value;
 use super::response::{
     choice_id, finish_from_json, meta_info_from, push_ids, ChoiceParts, MetaInfo,
 };
+use crate::dialect::digits::put_uint;
 use crate::dialect::json::{write_str, write_str_inner};
 use crate::dialect::Ctx;
 use crate::error::ProxyError;
@@ -89,7 +90,7 @@ fn write_event(
     meta(out);
     if let Some(i) = index {
         out.put_slice(b",\"index\":");
-        out.put_slice(itoa::Buffer::new().format(i).as_bytes());
+        put_uint(out, u64::from(i));
     }
     out.put_slice(b"}\n\n");
 }
@@ -107,15 +108,14 @@ fn write_meta(out: &mut BytesMut, meta: &MetaInfo<'_>, id: &[u8], scratch: &mut 
 /// `MetaInfo` and writing it through the scratch buffer was about a third of writing the
 /// event (a translated stream writes one a token).
 fn write_running_meta(out: &mut BytesMut, usage: Usage, id: &[u8]) {
-    let mut digits = itoa::Buffer::new();
     out.put_slice(b"{\"cached_tokens\":");
-    out.put_slice(digits.format(usage.cached_tokens.unwrap_or(0)).as_bytes());
+    put_uint(out, usage.cached_tokens.unwrap_or(0));
     out.put_slice(b",\"completion_tokens\":");
-    out.put_slice(digits.format(usage.completion_tokens).as_bytes());
+    put_uint(out, usage.completion_tokens);
     out.put_slice(b",\"finish_reason\":null,\"id\":");
     out.put_slice(id);
     out.put_slice(b",\"prompt_tokens\":");
-    out.put_slice(digits.format(usage.prompt_tokens).as_bytes());
+    put_uint(out, usage.prompt_tokens);
     out.put_slice(b"}");
 }
 
@@ -135,7 +135,9 @@ impl Written {
     fn sized(tokens: usize) -> Written {
         Written {
             text: Vec::with_capacity(tokens * TEXT_PER_TOKEN),
-            ids: Vec::with_capacity(tokens * ID_DIGITS_PER_TOKEN),
+            // A number is written as eight bytes and cut to its digits (`push_uint`): the
+            // room after the last one's digits is taken for a moment.
+            ids: Vec::with_capacity(tokens * ID_DIGITS_PER_TOKEN + 8),
             id: Vec::new(),
         }
     }

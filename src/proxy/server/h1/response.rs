@@ -55,7 +55,7 @@ pub fn encode(buf: &mut Vec<u8>, parts: &Parts, length: Option<u64>, ask: Ask) -
         Out::Bodiless
     } else if let Some(n) = length {
         buf.extend_from_slice(b"content-length: ");
-        buf.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+        crate::dialect::digits::push_uint(buf, n);
         buf.extend_from_slice(b"\r\n");
         if ask.head_method {
             Out::Bodiless

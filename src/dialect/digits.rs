@@ -17,7 +17,6 @@ const EIGHT: u64 = 100_000_000;
 #[inline]
 fn eight(n: u32) -> ([u8; 8], usize) {
     debug_assert!(u64::from(n) < EIGHT);
-    let len = n.checked_ilog10().unwrap_or(0) as usize + 1;
     // Four digits a 32-bit lane, the high four in the low lane (the first bytes).
     let fours = u64::from(n / 10_000) | (u64::from(n % 10_000) << 32);
     // Each lane split into hundreds (x * 10486 >> 20 is x / 100 below 10^4) and the rest.
@@ -26,36 +25,43 @@ fn eight(n: u32) -> ([u8; 8], usize) {
     // Each 16-bit lane split into tens (x * 103 >> 10 is x / 10 below 100) and ones.
     let tens = ((pairs * 103) >> 10) & 0x000f_000f_000f_000f;
     let digits = tens | ((pairs - tens * 10) << 8);
-    // The leading zeros are the first bytes: shifted out, the digits come first.
-    let word = (digits | 0x3030_3030_3030_3030) >> (8 * (8 - len));
-    (word.to_le_bytes(), len)
+    // The leading zeros are the first bytes, each zero before the '0's go in: counted from
+    // the low end and shifted out, the digits come first (zero keeps its one digit).
+    let zeros = (digits.trailing_zeros() / 8).min(7);
+    let word = (digits | 0x3030_3030_3030_3030) >> (8 * zeros);
+    (word.to_le_bytes(), 8 - zeros as usize)
 }
 
-/// `n` in decimal at the end of `out`.
+/// `n` in decimal at the end of `out`. Counts are often one or two digits (a stream's
+/// first tokens, cached tokens): those are written as they are.
 #[inline]
 pub fn put_uint(out: &mut BytesMut, n: u64) {
-    match u32::try_from(n).ok().filter(|n| u64::from(*n) < EIGHT) {
-        Some(n) => {
-            let (word, len) = eight(n);
+    match n {
+        0..10 => out.put_u8(b'0' + n as u8),
+        10..100 => out.put_slice(&[b'0' + (n / 10) as u8, b'0' + (n % 10) as u8]),
+        100..EIGHT => {
+            let (word, len) = eight(n as u32);
             let at = out.len();
             out.put_slice(&word);
             out.truncate(at + len);
         }
-        None => out.put_slice(itoa::Buffer::new().format(n).as_bytes()),
+        _ => out.put_slice(itoa::Buffer::new().format(n).as_bytes()),
     }
 }
 
-/// `n` in decimal at the end of `out`.
+/// `n` in decimal at the end of `out` (as `put_uint`).
 #[inline]
 pub fn push_uint(out: &mut Vec<u8>, n: u64) {
-    match u32::try_from(n).ok().filter(|n| u64::from(*n) < EIGHT) {
-        Some(n) => {
-            let (word, len) = eight(n);
+    match n {
+        0..10 => out.push(b'0' + n as u8),
+        10..100 => out.extend_from_slice(&[b'0' + (n / 10) as u8, b'0' + (n % 10) as u8]),
+        100..EIGHT => {
+            let (word, len) = eight(n as u32);
             let at = out.len();
             out.extend_from_slice(&word);
             out.truncate(at + len);
         }
-        None => out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes()),
+        _ => out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes()),
     }
 }
 
@@ -89,6 +95,10 @@ mod tests {
         });
         let all = (0..1_000_000).chain(edges).chain([u64::MAX]).chain(random);
         for n in all {
+            if n < EIGHT {
+                let (word, len) = eight(n as u32);
+                assert_eq!(word[..len], n.to_string().as_bytes()[..], "{n}");
+            }
             let want = format!("x{n}");
             let (v, b) = both(n);
             assert_eq!(v, want.as_bytes(), "{n}");

@@ -219,8 +219,9 @@ pub(super) fn usage(c: &mut Cursor<'_>) -> Sure<UsageWire> {
 pub(super) fn vllm_usage(bytes: &[u8]) -> Sure<(UsageWire, usize)> {
     let mut at = 0;
     let prompt_tokens = count_after(bytes, &mut at, b"{\"prompt_tokens\":")?;
-    // Read as serde reads a field it ignores: any number, and these digits are one.
-    count_after(bytes, &mut at, b",\"total_tokens\":")?;
+    // Ignored, as serde ignores it: only stepped over (any plain digits are a number; any
+    // other spelling fails the key after it, and serde reads the event).
+    digits_after(bytes, &mut at, b",\"total_tokens\":")?;
     let completion_tokens = count_after(bytes, &mut at, b",\"completion_tokens\":")?;
     let rest = &bytes[at..];
     const TAIL: &[u8; 30] = b",\"prompt_tokens_details\":null}";
@@ -246,6 +247,16 @@ fn count_after<const N: usize>(bytes: &[u8], at: &mut usize, key: &[u8; N]) -> S
     let (n, len) = plain_uint(&bytes[*at..])?;
     *at += len;
     Some(n)
+}
+
+/// The plain digits after `key` at `*at` (no leading zero), not read: `*at` moved past both.
+fn digits_after<const N: usize>(bytes: &[u8], at: &mut usize, key: &[u8; N]) -> Sure<()> {
+    begins(&bytes[*at..], key).then_some(())?;
+    *at += N;
+    let rest = &bytes[*at..];
+    let n = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+    *at += n;
+    (n == 1 || (n > 1 && rest[0] != b'0')).then_some(())
 }
 
 /// `prompt_tokens_details`: its `cached_tokens`, a `u64` or null.

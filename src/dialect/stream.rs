@@ -4,7 +4,7 @@ use bytes::BytesMut;
 
 use super::{anthropic, llamacpp, ollama, openai, sglang, tgi, vllm_legacy};
 use crate::error::ProxyError;
-use crate::model::{Chunk, ChunkCounts, Event, MAX_CHOICES};
+use crate::model::{Chunk, ChunkCounts, Event, Tally, MAX_CHOICES};
 use crate::stream::framing::Frame;
 
 /// Turns canonical events into a client dialect's stream bytes.
@@ -21,8 +21,9 @@ pub enum StreamEncoder {
 }
 
 impl StreamEncoder {
-    /// Encode the events decoded from one upstream frame.
-    pub fn events(&mut self, events: &[Event], out: &mut BytesMut) {
+    /// Encode the events decoded from one upstream frame; the new tokens they carried, as
+    /// the encoder's tally counts them.
+    pub fn events(&mut self, events: &[Event], out: &mut BytesMut) -> u32 {
         match self {
             StreamEncoder::Sglang(e) => e.events(events, out),
             StreamEncoder::Completions(e) => e.events(events, out),
@@ -32,6 +33,21 @@ impl StreamEncoder {
             StreamEncoder::VllmLegacy(e) => e.events(events, out),
             StreamEncoder::Llamacpp(e) => e.events(events, out),
             StreamEncoder::Ollama(e) => e.events(events, out),
+        }
+    }
+
+    /// What the events so far count. Every encoder observes each event as it writes it, so
+    /// a translated stream's tally is its encoder's: the pipeline keeps no second one.
+    pub fn tally(&self) -> &Tally {
+        match self {
+            StreamEncoder::Sglang(e) => e.tally(),
+            StreamEncoder::Completions(e) => e.tally(),
+            StreamEncoder::Chat(e) => e.tally(),
+            StreamEncoder::Tgi(e) => e.tally(),
+            StreamEncoder::Anthropic(e) => e.tally(),
+            StreamEncoder::VllmLegacy(e) => e.tally(),
+            StreamEncoder::Llamacpp(e) => e.tally(),
+            StreamEncoder::Ollama(e) => e.tally(),
         }
     }
 

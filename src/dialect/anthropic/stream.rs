@@ -78,18 +78,27 @@ impl StreamEncoder {
         event(out, "ping", &json!({"type": "ping"}));
     }
 
-    pub fn events(&mut self, events: &[Event], out: &mut BytesMut) {
+    /// What the events so far count (each observed as it came): the stream's tally.
+    pub fn tally(&self) -> &Tally {
+        &self.tally
+    }
+
+    /// Write the events; the new tokens they carried. Once the message is closed nothing
+    /// more is written, but what comes is still counted (the stream's tally is this one).
+    pub fn events(&mut self, events: &[Event], out: &mut BytesMut) -> u32 {
+        let mut tokens = 0u32;
         for ev in events {
+            tokens = tokens.saturating_add(self.tally.observe(ev));
             if self.phase == Phase::Closed {
-                return;
+                continue;
             }
-            self.tally.observe(ev);
             match ev {
                 Event::Chunk(c) if c.index == 0 => self.chunk(c, out),
                 Event::Done => self.end(out),
                 _ => {}
             }
         }
+        tokens
     }
 
     fn chunk(&mut self, c: &Chunk, out: &mut BytesMut) {

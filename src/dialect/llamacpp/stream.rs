@@ -32,13 +32,21 @@ impl Encoder {
         }
     }
 
-    pub fn events(&mut self, events: &[Event], out: &mut BytesMut) {
+    /// What the events so far count (each observed as it is written): the stream's tally.
+    pub fn tally(&self) -> &Tally {
+        &self.tally
+    }
+
+    /// Write the events; the new tokens they carried.
+    pub fn events(&mut self, events: &[Event], out: &mut BytesMut) -> u32 {
+        let mut tokens = 0u32;
         for ev in events {
-            self.tally.observe(ev);
+            tokens = tokens.saturating_add(self.tally.observe(ev));
             if let Event::Chunk(c) = ev {
                 self.chunk(c, out);
             }
         }
+        tokens
     }
 
     fn chunk(&mut self, c: &Chunk, out: &mut BytesMut) {

@@ -37,9 +37,16 @@ impl Encoder {
         }
     }
 
-    pub fn events(&mut self, events: &[Event], out: &mut BytesMut) {
+    /// What the events so far count (each observed as it is written): the stream's tally.
+    pub fn tally(&self) -> &Tally {
+        &self.tally
+    }
+
+    /// Write the events; the new tokens they carried.
+    pub fn events(&mut self, events: &[Event], out: &mut BytesMut) -> u32 {
+        let mut tokens = 0u32;
         for ev in events {
-            self.tally.observe(ev);
+            tokens = tokens.saturating_add(self.tally.observe(ev));
             let Event::Chunk(c) = ev else { continue };
             if c.finish.is_some() {
                 self.finish = c.finish.clone();
@@ -50,6 +57,7 @@ impl Encoder {
             self.first_token.get_or_insert_with(Instant::now);
             write_line(out, object(&self.ctx, self.chat, &c.text, false));
         }
+        tokens
     }
 
     /// The final object, once the upstream's totals are known.

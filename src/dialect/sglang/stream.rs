@@ -171,15 +171,23 @@ impl Encoder {
         }
     }
 
-    pub fn events(&mut self, events: &[Event], out: &mut BytesMut) {
+    /// What the events so far count (each observed as it is written): the stream's tally.
+    pub fn tally(&self) -> &Tally {
+        &self.tally
+    }
+
+    /// Write the events; the new tokens they carried.
+    pub fn events(&mut self, events: &[Event], out: &mut BytesMut) -> u32 {
+        let mut tokens = 0u32;
         for ev in events {
-            self.tally.observe(ev);
+            tokens = tokens.saturating_add(self.tally.observe(ev));
             match ev {
                 Event::Chunk(c) => self.chunk(c, out),
                 Event::Usage(_) | Event::Done => self.flush(out),
                 _ => {}
             }
         }
+        tokens
     }
 
     /// How many tokens a choice's state is sized for: the request's cap, up to a bound.

@@ -71,9 +71,16 @@ impl Encoder {
     }
 
     /// Encode the events decoded from one upstream frame.
-    pub fn events(&mut self, events: &[Event], out: &mut BytesMut) {
+    /// What the events so far count (each observed as it is written): the stream's tally.
+    pub fn tally(&self) -> &Tally {
+        &self.tally
+    }
+
+    /// Write the events; the new tokens they carried.
+    pub fn events(&mut self, events: &[Event], out: &mut BytesMut) -> u32 {
+        let mut tokens = 0u32;
         for ev in events {
-            self.tally.observe(ev);
+            tokens = tokens.saturating_add(self.tally.observe(ev));
             match ev {
                 // TGI clients send one prompt and get one sequence.
                 Event::Chunk(c) if c.index == 0 && !self.finished => self.chunk(c, out),
@@ -81,6 +88,7 @@ impl Encoder {
                 _ => {}
             }
         }
+        tokens
     }
 
     /// Write the last token event if it waited for the counts.

@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use super::response::echo_of;
 use crate::dialect::Ctx;
 use crate::error::ProxyError;
-use crate::model::{Chunk, Event, Finish};
+use crate::model::{Chunk, Event, Finish, Tally};
 use crate::stream::framing::{write_ndjson, Frame};
 
 /// Client side: one line per upstream chunk that adds text.
@@ -18,6 +18,9 @@ pub struct StreamEncoder {
     texts: Vec<String>,
     wrote: bool,
     failed: bool,
+    /// What the events count: this dialect's lines carry no counts, but the stream's tally
+    /// is its encoder's.
+    tally: Tally,
 }
 
 impl StreamEncoder {
@@ -27,12 +30,21 @@ impl StreamEncoder {
             texts: (0..n).map(|i| echo_of(&ctx, i).to_string()).collect(),
             wrote: false,
             failed: false,
+            tally: Tally::default(),
         }
     }
 
-    pub fn events(&mut self, events: &[Event], out: &mut BytesMut) {
+    /// What the events so far count: the stream's tally.
+    pub fn tally(&self) -> &Tally {
+        &self.tally
+    }
+
+    /// Write the events; the new tokens they carried.
+    pub fn events(&mut self, events: &[Event], out: &mut BytesMut) -> u32 {
         let mut changed = false;
+        let mut tokens = 0u32;
         for ev in events {
+            tokens = tokens.saturating_add(self.tally.observe(ev));
             if let Event::Chunk(c) = ev {
                 let i = c.index as usize;
                 if self.texts.len() <= i {
@@ -45,6 +57,7 @@ impl StreamEncoder {
         if changed {
             self.line(out);
         }
+        tokens
     }
 
     fn line(&mut self, out: &mut BytesMut) {

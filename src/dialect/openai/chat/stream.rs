@@ -39,9 +39,16 @@ impl StreamEncoder {
         }
     }
 
-    pub fn events(&mut self, events: &[Event], out: &mut BytesMut) {
+    /// What the events so far count (each observed as it is written): the stream's tally.
+    pub fn tally(&self) -> &Tally {
+        &self.tally
+    }
+
+    /// Write the events; the new tokens they carried.
+    pub fn events(&mut self, events: &[Event], out: &mut BytesMut) -> u32 {
+        let mut tokens = 0u32;
         for ev in events {
-            self.tally.observe(ev);
+            tokens = tokens.saturating_add(self.tally.observe(ev));
             match ev {
                 Event::Role { index } => self.open(*index, out),
                 Event::Chunk(c) => {
@@ -66,6 +73,7 @@ impl StreamEncoder {
                 _ => {}
             }
         }
+        tokens
     }
 
     fn chunk(&self, choice: Value, out: &mut BytesMut) {

@@ -36,32 +36,58 @@ fn eight(n: u32) -> ([u8; 8], usize) {
 /// first tokens, cached tokens): those are written as they are.
 #[inline]
 pub fn put_uint(out: &mut BytesMut, n: u64) {
-    match n {
-        0..10 => out.put_u8(b'0' + n as u8),
-        10..100 => out.put_slice(&[b'0' + (n / 10) as u8, b'0' + (n % 10) as u8]),
-        100..EIGHT => {
-            let (word, len) = eight(n as u32);
-            let at = out.len();
-            out.put_slice(&word);
-            out.truncate(at + len);
-        }
-        _ => out.put_slice(itoa::Buffer::new().format(n).as_bytes()),
-    }
+    write_uint(out, n);
 }
 
 /// `n` in decimal at the end of `out` (as `put_uint`).
 #[inline]
 pub fn push_uint(out: &mut Vec<u8>, n: u64) {
+    write_uint(out, n);
+}
+
+/// Where the digits go: the two byte buffers the writers use.
+trait Out {
+    fn put(&mut self, bytes: &[u8]);
+    fn len(&self) -> usize;
+    fn truncate(&mut self, len: usize);
+}
+
+impl Out for BytesMut {
+    fn put(&mut self, bytes: &[u8]) {
+        self.put_slice(bytes);
+    }
+    fn len(&self) -> usize {
+        BytesMut::len(self)
+    }
+    fn truncate(&mut self, len: usize) {
+        BytesMut::truncate(self, len);
+    }
+}
+
+impl Out for Vec<u8> {
+    fn put(&mut self, bytes: &[u8]) {
+        self.extend_from_slice(bytes);
+    }
+    fn len(&self) -> usize {
+        Vec::len(self)
+    }
+    fn truncate(&mut self, len: usize) {
+        Vec::truncate(self, len);
+    }
+}
+
+#[inline(always)]
+fn write_uint(out: &mut impl Out, n: u64) {
     match n {
-        0..10 => out.push(b'0' + n as u8),
-        10..100 => out.extend_from_slice(&[b'0' + (n / 10) as u8, b'0' + (n % 10) as u8]),
+        0..10 => out.put(&[b'0' + n as u8]),
+        10..100 => out.put(&[b'0' + (n / 10) as u8, b'0' + (n % 10) as u8]),
         100..EIGHT => {
             let (word, len) = eight(n as u32);
             let at = out.len();
-            out.extend_from_slice(&word);
+            out.put(&word);
             out.truncate(at + len);
         }
-        _ => out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes()),
+        _ => out.put(itoa::Buffer::new().format(n).as_bytes()),
     }
 }
 

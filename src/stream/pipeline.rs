@@ -63,6 +63,7 @@ struct State {
     decoder: StreamDecoder,
     output: Output,
     timers: Timers,
+    /// A stream passed on counts here; a translation's tally is its encoder's (`tally()`).
     tally: Tally,
     events: Vec<Event>,
     queue: VecDeque<Emit>,

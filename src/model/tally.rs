@@ -58,8 +58,7 @@ impl Tally {
     /// Account for one chunk by its counts; returns how many new output tokens it carried.
     pub fn observe_chunk(&mut self, c: &ChunkCounts) -> u32 {
         // The guess is decided before the choice's slot is borrowed, so the slot is found
-        // once (twice, it was about 40 instructions a chunk, and a translation tallies each
-        // chunk twice: the stream's count and the client encoder's `meta_info`).
+        // once (twice, it was about 40 instructions a chunk, one a streamed token).
         let guess = u64::from(c.has_text || c.finish.is_none());
         self.estimated |= c.tokens.is_none() && c.usage.is_none() && guess > 0;
         let slot = self.slot(c.index);

@@ -116,8 +116,7 @@ pub(crate) fn has_stop(bytes: &[u8]) -> bool {
 pub(crate) fn plain_uint(bytes: &[u8]) -> Sure<(u64, usize)> {
     if let Some(word) = bytes.first_chunk::<8>() {
         if let Some((value, n)) = short_uint(u64::from_le_bytes(*word)) {
-            let plain = n == 1 || (n > 1 && bytes[0] != b'0');
-            return plain.then_some((value, n));
+            return plain(bytes, n).then_some((value, n));
         }
     }
     long_uint(bytes)
@@ -168,8 +167,14 @@ fn long_uint(bytes: &[u8]) -> Sure<(u64, usize)> {
         value = value.checked_mul(10)?.checked_add(u64::from(d))?;
         n += 1;
     }
-    let plain = n == 1 || (n > 1 && bytes[0] != b'0');
-    plain.then_some((value, n))
+    plain(bytes, n).then_some((value, n))
+}
+
+/// Whether the `n` digits `bytes` begins with are a number as JSON spells it: at least one,
+/// and no leading zero.
+#[inline]
+pub(crate) fn plain(bytes: &[u8], n: usize) -> bool {
+    n == 1 || (n > 1 && bytes[0] != b'0')
 }
 
 /// Each id of an array of `u32` ids in its plainest spelling (`[`, digits with no leading

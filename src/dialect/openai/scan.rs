@@ -17,7 +17,7 @@ use std::ops::Range;
 
 use smallvec::SmallVec;
 
-use super::cursor::{begins, plain_uint, Cursor, Seen, Sure};
+use super::cursor::{begins, plain, plain_uint, Cursor, Seen, Sure};
 use super::stream::{ChoiceWire, ChunkWire, DeltaWire};
 use super::wire::{CachedWire, UsageWire};
 
@@ -256,7 +256,7 @@ fn digits_after<const N: usize>(bytes: &[u8], at: &mut usize, key: &[u8; N]) -> 
     let rest = &bytes[*at..];
     let n = rest.iter().take_while(|b| b.is_ascii_digit()).count();
     *at += n;
-    (n == 1 || (n > 1 && rest[0] != b'0')).then_some(())
+    plain(rest, n).then_some(())
 }
 
 /// `prompt_tokens_details`: its `cached_tokens`, a `u64` or null.

@@ -9,9 +9,9 @@
 #    in front of a pool of four mock replicas (round robin) in both routes, beside lingo's pool
 #    of one. Rounds alternate (every path once per round, the order reversed every other
 #    round) so drift, and a path's place after another, weigh on all alike.
-#    Each run prints req/s, latency p50/p99 and the proxy's CPU per request: user+sys time from
-#    /proc of every process of the proxy (nginx's master and workers, a router and its children),
-#    before and after, over requests completed.
+#    Each run prints req/s, latency p50/p99 and the proxy's CPU per request: time on a CPU from
+#    /proc (schedstat, in ns) of every process of the proxy (nginx's master and workers, a
+#    router and its children), before and after, over requests completed.
 # 2. Realistic upstream (TTFT 20 ms, 5 ms per token, 64 tokens), $REAL_CONC concurrent streams
 #    driven by `lingo bench`: tok/s, TTFT p50, added TTFT p50 against direct in the same round,
 #    and the proxy's CPU per streamed token (CPU delta / output tokens delivered).
@@ -151,8 +151,12 @@ for d in filter(str.isdigit, os.listdir("/proc")):
         stat = open(f"/proc/{d}/stat").read()
         f = stat[stat.rindex(")") + 2:].split()  # f[n-3] is field n of proc(5)
         kids.setdefault(int(f[1]), []).append(int(d))
-        if what == "ticks":  # utime stime cutime cstime: a reaped child's time moves to cutime
-            val[int(d)] = sum(map(int, f[11:15]))
+        if what == "cpu":  # ns on a CPU, each live thread's (schedstat: /proc/PID/stat's
+            # utime and stime count 10 ms ticks, 1% of a second's round), and a reaped
+            # child's, which only stat keeps (cutime and cstime)
+            val[int(d)] = sum(int(open(f"/proc/{d}/task/{t}/schedstat").read().split()[0])
+                              for t in os.listdir(f"/proc/{d}/task")) \
+                + sum(map(int, f[13:15])) * 10**9 // os.sysconf("SC_CLK_TCK")
         else:
             rss = [l for l in open(f"/proc/{d}/status") if l.startswith("VmRSS:")]
             val[int(d)] = int(rss[0].split()[1]) if rss else 0
@@ -165,9 +169,9 @@ while todo:
     todo += kids.get(p, [])
 print(total)
 PY
-ticks() { python3 "$WORK/proc.py" ticks "$1"; }
+ticks() { python3 "$WORK/proc.py" cpu "$1"; }
 rss_kib() { python3 "$WORK/proc.py" rss "$1"; }
-HZ=$(getconf CLK_TCK)
+HZ=1000000000 # ticks() counts nanoseconds
 
 start_mock() { # tag replicas args...: sets MOCK_PID and MOCK_PORTS (one per replica)
   local tag=$1 n=$2; shift 2

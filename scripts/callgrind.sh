@@ -24,6 +24,8 @@
 #                               bench-peers.sh's realistic part). Costs only concurrency
 #                               brings show (a fleet's endpoints, several streams' events in
 #                               one wake-up), and the count still repeats within about 0.5%
+#   VG_ARGS=""                  more valgrind flags, e.g. "--cache-sim=yes" for simulated
+#                               cache misses (D1mr, DLmr: a token's cold memory)
 #   PROXY=lingo|nginx           nginx: the same load through nginx (one worker process,
 #                               bench-peers.sh's proxy settings), the yardstick for lingo's
 #                               figures; MODE nonstream or stream only
@@ -38,7 +40,7 @@ cd "$(dirname "$0")/.."
 . scripts/lib/nginx.sh
 . scripts/lib/serial.sh
 MODE=${MODE:-nonstream} N=${N:-2000} WARM=${WARM:-300} TOKENS=${TOKENS:-16} LOAD_POLL=${LOAD_POLL:-1}
-REPLICAS=${REPLICAS:-1} TTFT=${TTFT:-0s} ITL=${ITL:-0s} PROXY=${PROXY:-lingo} CONC=${CONC:-0}
+VG_ARGS=${VG_ARGS:-} REPLICAS=${REPLICAS:-1} TTFT=${TTFT:-0s} ITL=${ITL:-0s} PROXY=${PROXY:-lingo} CONC=${CONC:-0}
 serial_setup
 
 LPORT=$(free_port)
@@ -55,14 +57,14 @@ if [ "$PROXY" = nginx ]; then
   [[ $MODE == sglang* ]] && { echo "nginx does not translate: MODE nonstream or stream" >&2; exit 2; }
   upstreams=("${URLS[@]:0:$REPLICAS}")
   nginx_conf "$OUT/nginx" "$LPORT" 1 "${upstreams[@]#http://}"
-  valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$OUT/callgrind.out" \
+  valgrind --tool=callgrind --instr-atstart=no $VG_ARGS --callgrind-out-file="$OUT/callgrind.out" \
     nginx -c "$OUT/nginx/nginx.conf" -g 'daemon off; master_process off;' >"$OUT/proxy.log" 2>&1 &
   VG=$!
 else
   printf '[pools.p]\npolicy = "round_robin"\nendpoints = [%s]\n' \
     "$(printf '{ url = "%s", kind = "vllm" },' "${URLS[@]:0:$REPLICAS}")" >"$OUT/lingo.toml"
   [ "$LOAD_POLL" = 0 ] && printf '[load]\nenabled = false\n' >>"$OUT/lingo.toml"
-  LINGO_LOG=warn valgrind --tool=callgrind --instr-atstart=no \
+  LINGO_LOG=warn valgrind --tool=callgrind --instr-atstart=no $VG_ARGS \
     --callgrind-out-file="$OUT/callgrind.out" \
     "$LINGO" serve --listen "127.0.0.1:$LPORT" --config "$OUT/lingo.toml" --workers 1 \
     >"$OUT/proxy.log" 2>&1 &

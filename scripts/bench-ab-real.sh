@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Two lingo builds side by side on the realistic mock of bench-peers.sh's part 2 (TTFT 20 ms,
-# 5 ms a token, 64 tokens, 64 streams from `lingo bench`): CPU per streamed token (user+sys
-# of the proxy from /proc). For a change's effect on the per-token cost, which bench-ab.sh's
-# instant mock does not show. A benchmark, not a test; 127.0.0.1 only, bounded by the
-# request count and lingo bench's --duration.
+# 5 ms a token, 64 tokens, 64 streams from `lingo bench`): CPU per streamed token (the
+# proxy's threads' time on a CPU, from /proc in ns). For a change's effect on the per-token
+# cost, which bench-ab.sh's instant mock does not show. A benchmark, not a test; 127.0.0.1
+# only, bounded by the request count and lingo bench's --duration.
 #   scripts/bench-ab-real.sh A_BINARY B_BINARY   ROUNDS=3 REQS=1280
 #   DIALECT=openai-completions (passthrough) | sglang (translated)
 #   AT_ONCE=1   both builds at the same time, each with its own mock and its own driver, on
@@ -18,8 +18,9 @@ ROUNDS=${ROUNDS:-3} REQS=${REQS:-1280} DIALECT=${DIALECT:-openai-completions} AT
 . "$(dirname "$0")/lib/ab.sh"
 . "$(dirname "$0")/lib/realistic.sh"
 write_prompts "$W/prompts.jsonl"
-ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-HZ=$(getconf CLK_TCK)
+. "$(dirname "$0")/lib/cpu.sh"
+ticks() { cpu_ns "$1"; }
+HZ=1000000000 # ticks() counts nanoseconds
 
 # mock SIDE: a paced mock of its own for SIDE; sets MOCK (its port).
 mock() {

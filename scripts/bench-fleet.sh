@@ -6,8 +6,9 @@
 #    alternating: lingo as it was before the fleet entered the request path (BASE_REV, built
 #    into its own target directory), today's lingo with the same single upstream (a pool of
 #    one), and today's lingo in front of a pool of four instant mocks (round robin). Prints
-#    req/s, latency p50/p99 and the proxy's CPU time (user+sys from /proc) per request; the
-#    goal is a pool of one within 5% of the old single upstream's CPU per request.
+#    req/s, latency p50/p99 and the proxy's CPU time per request (its threads' time on a CPU,
+#    from /proc in ns); the goal is a pool of one within 5% of the old single upstream's CPU
+#    per request.
 # 2. Four realistic mocks (TTFT 20 ms, 5 ms per token, 64 tokens), 128 concurrent streams as
 #    four `lingo bench` drivers of 32: each driver straight at its own mock, then all four at
 #    one lingo fronting the four (least_outstanding). Goal: >= 0.97 of direct throughput.
@@ -51,7 +52,8 @@ start_proxy() { # binary port args...; sets PROXY_PID
   LINGO_LOG=warn $bin serve --listen "127.0.0.1:$port" "$@" & PROXY_PID=$!; PIDS+=($PROXY_PID)
   wait_http "http://127.0.0.1:$port/health"
 }
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+. scripts/lib/cpu.sh
+cpu_ticks() { cpu_ns "$1"; }
 
 echo "# lingo fleet cost — $(date -u +%Y-%m-%d), $(nproc) cores, $(uname -m), base $BASE_REV vs $(git rev-parse --short HEAD)"
 echo
@@ -73,7 +75,7 @@ run_wrk() { # port pid body -> "req/s p50 p99 cpu_us_per_req"
   before=$(cpu_ticks "$2")
   out=$(wrk -t1 -c32 -d"$DURATION" --latency -s "$WORK/post.lua" "http://127.0.0.1:$1/v1/completions")
   after=$(cpu_ticks "$2")
-  python3 - "$before" "$after" "$(getconf CLK_TCK)" <<PY
+  python3 - "$before" "$after" 1000000000 <<PY
 import re, sys
 out = """$out"""
 before, after, hz = map(int, sys.argv[1:])

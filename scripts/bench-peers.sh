@@ -146,6 +146,11 @@ cat >"$WORK/proc.py" <<'PY'
 import os, sys
 what, root = sys.argv[1], int(sys.argv[2])
 kids, val = {}, {}
+def on_cpu(task):  # a thread's ns on a CPU; 0 once it has left (its time leaves with it)
+    try:
+        return int(open(f"{task}/schedstat").read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
 for d in filter(str.isdigit, os.listdir("/proc")):
     try:
         stat = open(f"/proc/{d}/stat").read()
@@ -153,10 +158,10 @@ for d in filter(str.isdigit, os.listdir("/proc")):
         kids.setdefault(int(f[1]), []).append(int(d))
         if what == "cpu":  # ns on a CPU, each live thread's (schedstat: /proc/PID/stat's
             # utime and stime count 10 ms ticks, 1% of a second's round), and a reaped
-            # child's, which only stat keeps (cutime and cstime)
-            val[int(d)] = sum(int(open(f"/proc/{d}/task/{t}/schedstat").read().split()[0])
-                              for t in os.listdir(f"/proc/{d}/task")) \
-                + sum(map(int, f[13:15])) * 10**9 // os.sysconf("SC_CLK_TCK")
+            # child's, which only stat keeps (cutime and cstime). The proxies' threads live
+            # through a run; one that ended mid-round would take its time out of the sum.
+            threads = sum(on_cpu(f"/proc/{d}/task/{t}") for t in os.listdir(f"/proc/{d}/task"))
+            val[int(d)] = threads + sum(map(int, f[13:15])) * 10**9 // os.sysconf("SC_CLK_TCK")
         else:
             rss = [l for l in open(f"/proc/{d}/status") if l.startswith("VmRSS:")]
             val[int(d)] = int(rss[0].split()[1]) if rss else 0

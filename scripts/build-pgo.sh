@@ -21,8 +21,8 @@
 #   WEIGHT=4        the proxy's profile against the mock's and the driver's
 #   RUNS=2          training runs, their counts summed. Each run's counts depend on timing
 #                   (how events batch): builds from one run each, of the same source, have
-#                   differed by 2-5% in callgrind's counts; two builds from two runs each
-#                   differed by 0.0-1.2%, both below the one-run build (docs/performance.md)
+#                   differed by 2-5% in callgrind's counts; three builds from two runs each
+#                   spanned 0.8-2.2% (docs/performance.md, tenth session)
 #   KEEP_GEN=0      1: keep the instrumented build's target directory (a rerun is faster)
 # Needs the toolchain's llvm-tools (installed with rustup when missing). Listens on 127.0.0.1
 # only.

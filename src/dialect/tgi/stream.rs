@@ -70,7 +70,6 @@ impl Encoder {
         }
     }
 
-    /// Encode the events decoded from one upstream frame.
     /// What the events so far count (each observed as it is written): the stream's tally.
     pub fn tally(&self) -> &Tally {
         &self.tally

@@ -28,7 +28,9 @@
 #
 # Knobs (environment):
 #   DURATION=10s      wrk duration per run in part 1
-#   ROUNDS=2          rounds of parts 1 and 2
+#   ROUNDS=4          rounds of parts 1 and 2 (a round's ratio moves by up to ±15% on this
+#                     machine: the median of two is their mean, one odd round moves it half
+#                     way; of four, one odd round barely moves it)
 #   CONC=32           wrk connections in part 1
 #   WARM=1s           an unrecorded wrk run per path and mode before round 1 (0 or empty: none)
 #   REAL_CONC=64      concurrent streams in part 2
@@ -58,7 +60,7 @@ cd "$(dirname "$0")/.."
 . scripts/lib/nginx.sh
 . scripts/lib/realistic.sh
 DURATION=${DURATION:-10s}
-ROUNDS=${ROUNDS:-2}
+ROUNDS=${ROUNDS:-4}
 CONC=${CONC:-32}
 WARM=${WARM:-1s}
 REAL_CONC=${REAL_CONC:-64}

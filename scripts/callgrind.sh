@@ -26,9 +26,13 @@
 #                               one wake-up), and the count still repeats within about 0.5%
 #   VG_ARGS=""                  more valgrind flags, e.g. "--cache-sim=yes" for simulated
 #                               cache misses (D1mr, DLmr: a token's cold memory)
-#   PROXY=lingo|nginx           nginx: the same load through nginx (one worker process,
+#   PROXY=lingo|nginx|bare      nginx: the same load through nginx (one worker process,
 #                               bench-peers.sh's proxy settings), the yardstick for lingo's
-#                               figures; MODE nonstream or stream only
+#                               figures; bare: through scripts/bare-relay (the upstream's
+#                               bytes relayed read by read on one current-thread tokio
+#                               runtime, nothing parsed, counted or timed: the floor under
+#                               any tokio proxy's count; built into $TARGET/bare-relay);
+#                               both MODE nonstream or stream only, one replica
 # Build with line tables for readable names: CARGO_PROFILE_RELEASE_DEBUG=line-tables-only.
 # Compare counts only between builds made alike: the same code counted 5,316 instructions a
 # paced passthrough token built with line tables and 4,715 without, and the profile-guided
@@ -52,7 +56,16 @@ pids+=($!)
 for _ in $(seq 1 200); do [ "$(wc -l <"$OUT/mock.urls")" -ge "$REPLICAS" ] && break; sleep 0.05; done
 mapfile -t URLS <"$OUT/mock.urls"
 [ "${#URLS[@]}" -ge "$REPLICAS" ] || { echo "the mock did not start" >&2; cat "$OUT/mock.log" >&2; exit 1; }
-if [ "$PROXY" = nginx ]; then
+if [ "$PROXY" = bare ]; then
+  [[ $MODE == sglang* || $MODE == chat-stream ]] && { echo "bare relays, it does not translate: MODE nonstream or stream" >&2; exit 2; }
+  [ "$REPLICAS" = 1 ] || { echo "bare relays to one upstream: REPLICAS=1" >&2; exit 2; }
+  CARGO_TARGET_DIR=$TARGET/bare-relay cargo build --release --locked --quiet \
+    --manifest-path scripts/bare-relay/Cargo.toml
+  valgrind --tool=callgrind --instr-atstart=no $VG_ARGS --callgrind-out-file="$OUT/callgrind.out" \
+    "$TARGET/bare-relay/release/bare-relay" "127.0.0.1:$LPORT" "${URLS[0]#http://}" \
+    >"$OUT/proxy.log" 2>&1 &
+  VG=$!
+elif [ "$PROXY" = nginx ]; then
   command -v nginx >/dev/null || { echo "nginx is not installed (scripts/bench-peers.sh installs it)" >&2; exit 1; }
   [[ $MODE == sglang* ]] && { echo "nginx does not translate: MODE nonstream or stream" >&2; exit 2; }
   upstreams=("${URLS[@]:0:$REPLICAS}")

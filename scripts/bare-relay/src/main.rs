@@ -101,23 +101,26 @@ async fn serve(mut c: TcpStream, upstream: String) -> std::io::Result<()> {
     Ok(())
 }
 
-fn main() {
+fn main() -> std::process::ExitCode {
     let mut args = std::env::args().skip(1);
     let (Some(listen), Some(upstream)) = (args.next(), args.next()) else {
         eprintln!("usage: bare-relay LISTEN UPSTREAM (host:port each)");
-        std::process::exit(2);
+        return std::process::ExitCode::from(2);
     };
-    // Timers on too, as in any proxy with timeouts (lingo's workers): the time driver's
-    // part of each park is in the floor, though no timer is set here.
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("a runtime");
     rt.block_on(async move {
-        let l = TcpListener::bind(&listen).await.expect("the listen address");
+        let l = TcpListener::bind(&listen)
+            .await
+            .expect("the listen address");
         loop {
-            let Ok((c, _)) = l.accept().await else { continue };
+            let Ok((c, _)) = l.accept().await else {
+                continue;
+            };
             tokio::spawn(serve(c, upstream.clone()));
         }
     });
+    std::process::ExitCode::SUCCESS
 }

@@ -20,6 +20,8 @@
 #    translation, lingo's pool of one and its fleet of four in each route): CPU per streamed
 #    token of both, B / A per round. Both meet the machine in the same state, so the ratio
 #    holds still where part 2's moves.
+# 2c. The TTFT each proxy adds with one stream at a time (4 tokens a request): the floor under
+#    part 2's added TTFT, which is this plus queueing behind other streams' events.
 # 3. Memory: lingo's RSS (VmRSS) against in-flight streams ($MEM_STEPS), held open by a slow
 #    mock and one bounded `lingo bench` per step; the count is read from lingo's own
 #    lingo_requests_in_flight before RSS is read. Prints the least-squares slope in KiB per
@@ -39,7 +41,8 @@
 #   MEM_ITL=100ms MEM_TOKENS=120       part 3's streams: long enough to stay open while read
 #   MEM_NGINX=1       also measure nginx in part 3 (0: lingo only)
 #   ROUTER_POLICY=round_robin          both routers' policy (one worker: the proxying cost only)
-#   PARTS="instant realistic paired memory"   which parts to run
+#   PARTS="instant realistic idle paired memory"   which parts to run
+#   IDLE_REQS=200 IDLE_ROUNDS=2   part 2c: requests a path and round, one stream at a time
 #   PAIRS="pass/pass nginx/pass nginx/trans pass/fpass trans/ftrans direct/nginx direct/pass
 #          direct/trans"   part 2b's pairs, A/B (pass/pass: two lingo processes alike, the
 #                     measure's own spread; direct: the mock alone, for the TTFT a proxy adds)
@@ -70,10 +73,12 @@ MEM_ITL=${MEM_ITL:-100ms}
 MEM_TOKENS=${MEM_TOKENS:-120}
 MEM_NGINX=${MEM_NGINX:-1}
 ROUTER_POLICY=${ROUTER_POLICY:-round_robin}
-PARTS=${PARTS:-instant realistic paired memory}
+PARTS=${PARTS:-instant realistic idle paired memory}
 PAIRS=${PAIRS:-pass/pass nginx/pass nginx/trans pass/fpass trans/ftrans direct/nginx direct/pass direct/trans}
 PAIR_ROUNDS=${PAIR_ROUNDS:-8}
 PAIR_REQS=${PAIR_REQS:-1280}
+IDLE_REQS=${IDLE_REQS:-200}
+IDLE_ROUNDS=${IDLE_ROUNDS:-2}
 INSTALL=${INSTALL:-1}
 KEEP=${KEEP:-0}
 mkdir -p "${CARGO_TARGET_DIR:-target}"
@@ -459,6 +464,63 @@ print("\nGoals (issue 12), realistic upstream: CPU per streamed token x nginx: "
 for f, one, route in (("fpass", "pass", "passthrough"), ("ftrans", "trans", "translation")):
     print(f"  fleet(4) / pool of one, {route}: tok/s {fmt(ratio(f, one, 0), 3)}  TTFT p50 {fmt(ratio(f, one, 1), 3)}"
           f"  CPU/token {fmt(ratio(f, one, 2), 3)}  (goal: each within 5%)")
+PY
+}
+
+# ---------------------------------------------------------------------------------------------
+# 2c. The TTFT a proxy adds with one stream at a time: the floor under part 2's figure (each
+# hop wakes the proxy on an idle machine), so the rest of part 2's is queueing at 64 streams.
+part_idle() {
+  echo
+  echo "## 2c. Added TTFT one stream at a time (TTFT 20 ms, 5 ms/token, 4 tokens), $IDLE_REQS requests, $IDLE_ROUNDS rounds"
+  start_mock idle 1 --ttft 20ms --itl 5ms
+  local up=${MOCK_PORTS[0]} p r
+  PATHS=()
+  add_path direct "direct" "$up" "" /v1/completions oai
+  if command -v nginx >/dev/null; then
+    start_nginx idle "$up"; add_path nginx "nginx" "$SRV_PORT" "$SRV_PID" /v1/completions oai
+  fi
+  start_lingo idle.one "$up"
+  add_path pass "lingo passthrough" "$SRV_PORT" "$SRV_PID" /v1/completions oai
+  add_path trans "lingo translation" "$SRV_PORT" "$SRV_PID" /generate sgl
+  for p in "${PATHS[@]}"; do
+    local body=$NS; [ "${DIALECT[$p]}" = sgl ] && body=$SGL_NS
+    wait_post "http://127.0.0.1:${PORT[$p]}${ROUTE[$p]}" "$body" || { echo "${NAME[$p]}: not up" >&2; exit 1; }
+  done
+  write_prompts "$WORK/idle.prompts.jsonl" 4
+  printf '%-5s %-28s %12s\n' round path "TTFT p50 ms"
+  for r in $(seq 1 "$IDLE_ROUNDS"); do
+    for p in $(round_order "$r"); do
+      local dialect=openai-completions; [ "${DIALECT[$p]}" = sgl ] && dialect=sglang
+      realistic_bench "$LINGO" "http://127.0.0.1:${PORT[$p]}" "$dialect" 1 "$IDLE_REQS" \
+        "$WORK/idle.prompts.jsonl" --json "$WORK/idle.$p.$r.json" \
+        >/dev/null 2>"$WORK/idle.bench.err" || true
+      python3 -c 'import json, sys
+try: print(sys.argv[2], sys.argv[3], "%.3f" % (json.load(open(sys.argv[1]))["levels"][0]["ttft_p50"] * 1e3), sep="\t")
+except (OSError, ValueError, KeyError, IndexError, TypeError): print(sys.argv[2], sys.argv[3], "-", sep="\t")' \
+        "$WORK/idle.$p.$r.json" "$r" "$p" >>"$WORK/idle.tsv"
+      tail -n 1 "$WORK/idle.tsv" | awk -F'\t' -v n="${NAME[$p]}" '{printf "%-5s %-28s %12s\n", $1, n, $3}'
+    done
+  done
+  stop_paths; stop "$MOCK_PID"
+  python3 - "$WORK/idle.tsv" <<'PY'
+import collections, statistics, sys
+t = collections.defaultdict(dict)
+for line in open(sys.argv[1]):
+    r, p, v = line.split()
+    if v != "-":
+        t[int(r)][p] = float(v)
+added = collections.defaultdict(list)
+for row in t.values():
+    for p, v in row.items():
+        if p != "direct" and "direct" in row:
+            added[p].append(v - row["direct"])
+print("### Summary: TTFT added to direct's with one stream, per round, then median (ms; part 2's"
+      " figure at 64 streams is this plus waiting behind other streams' events)")
+for p in ("nginx", "pass", "trans"):
+    xs = added.get(p)
+    if xs:
+        print(f"  {p:<6} {statistics.median(xs):.3f}  ({min(xs):.3f}-{max(xs):.3f})")
 PY
 }
 

@@ -2,15 +2,17 @@
 # the runs they compare drive the same thing: 64 tokens a request from a paced mock (TTFT 20
 # ms, 5 ms a token, started by each script), text prompts of 128 words from a file.
 
-# write_prompts FILE: the prompts (the mock counts a word a token). Text, not token ids:
-# sglang-router refuses a completions prompt of token ids, `lingo bench`'s default.
+# write_prompts FILE [OUTPUT_LEN]: the prompts (the mock counts a word a token), each asking
+# for OUTPUT_LEN tokens (64; a dataset's `output_len` is what `lingo bench` asks for). Text,
+# not token ids: sglang-router refuses a completions prompt of token ids, `lingo bench`'s
+# default.
 write_prompts() {
-  python3 - >"$1" <<'PY'
-import json, random
+  python3 - "${2:-64}" >"$1" <<'PY'
+import json, random, sys
 rng = random.Random(0)
 words = "time river stone cloud green light house tree bird road song field".split()
 for _ in range(256):
-    print(json.dumps({"prompt": " ".join(rng.choice(words) for _ in range(128)), "output_len": 64}))
+    print(json.dumps({"prompt": " ".join(rng.choice(words) for _ in range(128)), "output_len": int(sys.argv[1])}))
 PY
 }
 

@@ -24,6 +24,11 @@
 #                   differed by 2-5% in callgrind's counts; three builds from two runs each
 #                   spanned 0.8-2.2% (docs/performance.md, tenth session)
 #   KEEP_GEN=0      1: keep the instrumented build's target directory (a rerun is faster)
+# Line tables, for callgrind's source lines in the shipped code: set
+# CARGO_PROFILE_RELEASE_DEBUG=line-tables-only (and another CARGO_TARGET_DIR) for the whole
+# script, never for the second build alone. Cargo's metadata hash, in every symbol's name,
+# includes the debug setting, so a profile from a build without it matches no function, and
+# rustc says nothing: that build counted as many instructions as the plain one.
 # Needs the toolchain's llvm-tools (installed with rustup when missing). Listens on 127.0.0.1
 # only.
 set -euo pipefail

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Coverage-guided fuzzing of lingo's decoders: `scripts/fuzz.sh [SECONDS_PER_TARGET]`.
 #
-# Runs each cargo-fuzz target in fuzz/ (request, stream, response) for the given time (default
-# 60 s), one after another, copies any crash, timeout or out-of-memory input into
-# fuzz/regressions/<target>/ (replayed by `cargo test --test fuzz_regressions`), and prints
-# executions and findings per target. Exits 1 if anything was found.
+# Runs each cargo-fuzz target in fuzz/ (request, stream, response, http1; TARGETS="http1"
+# for some of them) for the given time (default 60 s), one after another, copies any crash,
+# timeout or out-of-memory input into fuzz/regressions/<target>/ (replayed by `cargo test
+# --test fuzz_regressions`), and prints executions and findings per target. Exits 1 if
+# anything was found.
 #
 # cargo-fuzz wants a nightly compiler for its `-Z` flags (sanitizer coverage); this project
 # pins a stable one, so the build runs with RUSTC_BOOTSTRAP=1, which lets stable rustc accept
@@ -17,7 +18,7 @@ set -euo pipefail
 secs=${1:-60}
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-targets=(request stream response)
+read -ra targets <<<"${TARGETS:-request stream response http1}"
 work="$root/fuzz/target/corpus"
 logs="$root/fuzz/target/logs"
 flags=(-s none -a)

@@ -14,10 +14,11 @@ use serde_json::Value;
 
 type Target = fn(&[u8]);
 
-const TARGETS: [(&str, Target); 3] = [
+const TARGETS: [(&str, Target); 4] = [
     ("request", lingo::fuzzing::request),
     ("stream", lingo::fuzzing::stream),
     ("response", lingo::fuzzing::response),
+    ("http1", lingo::fuzzing::http1),
 ];
 
 fn root() -> PathBuf {
@@ -90,6 +91,51 @@ fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
             let split = [&[index(u), index(c), 0x56, 4, 3, 1, 17, 0][..], &body[..]].concat();
             out.push(("stream", format!("{name}-split"), split));
         }
+    }
+    out.extend(http1_seeds());
+    out
+}
+
+/// Connections' bytes for the `http1` target (selector, split count, piece lengths, bytes):
+/// pipelined requests with each framing, a refused one, answers with each framing, and the
+/// round trips with several flag sets; whole and in pieces that cut heads, size lines and
+/// CRLFs.
+fn http1_seeds() -> Vec<(&'static str, String, Vec<u8>)> {
+    let requests = concat!(
+        "POST /generate HTTP/1.1\r\nhost: a\r\ncontent-length: 5\r\n\r\nhello",
+        "POST /v1/completions HTTP/1.1\r\ntransfer-encoding: chunked\r\n",
+        "expect: 100-continue\r\n\r\n5\r\nhello\r\n3;ext=1\r\nabc\r\n0\r\nx: y\r\n\r\n",
+        "GET /health HTTP/1.0\r\nconnection: keep-alive\r\n\r\n",
+        "GET /metrics HTTP/1.1\r\nconnection: close\r\n\r\n",
+    );
+    let refused = "POST / HTTP/1.1\r\ncontent-length: 1\r\ntransfer-encoding: chunked\r\n\r\nx";
+    let chunked = concat!(
+        "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n",
+        "transfer-encoding: chunked\r\nx-generated-tokens: 3\r\n\r\n",
+        "e\r\ndata: {\"a\":1}\n\n\r\n3;x=y\r\nabc\r\n0\r\ntrailer: 1\r\n\r\n",
+    );
+    let length = "HTTP/1.1 400 Bad Request\r\ncontent-length: 7\r\nretry-after: 2\r\n\r\n{\"e\":1}";
+    let close = "HTTP/1.0 200 OK\r\ncontent-type: application/json\r\n\r\n{\"text\":\"hi\"}";
+    let split: &[u8] = &[5, 3, 1, 17, 2, 40];
+    let mut out = Vec::new();
+    for (name, sel, wire) in [
+        ("requests", 0u8, requests),
+        ("refused", 0, refused),
+        ("chunked", 1, chunked),
+        ("length", 1, length),
+        ("close", 1, close),
+        ("head", 2, length),
+        ("round-trip", 3, "some body bytes"),
+        ("round-trip-10", 3 | 0x1c, "some body bytes"),
+        ("round-trip-head", 3 | 0x08, ""),
+    ] {
+        out.push((
+            "http1",
+            name.to_string(),
+            [&[sel, 0][..], wire.as_bytes()].concat(),
+        ));
+        let pieces = [&[sel][..], split, wire.as_bytes()].concat();
+        out.push(("http1", format!("{name}-split"), pieces));
     }
     out
 }

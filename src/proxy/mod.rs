@@ -10,7 +10,7 @@ pub(crate) mod gate;
 mod generate;
 mod layers;
 mod respond;
-mod server;
+pub(crate) mod server;
 pub use server::bind;
 mod state;
 

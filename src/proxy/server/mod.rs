@@ -3,7 +3,7 @@
 //! then make open streams end, then return).
 
 mod conn;
-mod h1;
+pub(crate) mod h1;
 mod limit;
 mod listen;
 mod workers;

@@ -9,6 +9,8 @@ use super::framing::{Chunked, Framing};
 /// A response head larger than this is refused (hyper's default limit is about 400 KiB; a
 /// server's is a few hundred bytes).
 pub const MAX_HEAD: usize = 64 << 10;
+/// Why a head past `MAX_HEAD` is refused.
+pub const TOO_LARGE: &str = "the upstream's response head is larger than 64 KiB";
 /// Header lines a response head may have.
 const MAX_HEADERS: usize = 128;
 
@@ -48,7 +50,8 @@ struct Framers<'a> {
     close: bool,
 }
 
-/// Parse a response head at the start of `buf`: `Ok(None)` until it is all there.
+/// Parse a response head at the start of `buf`: `Ok(None)` until it is all there. A head
+/// past `MAX_HEAD` is refused whether it came in one read or in many.
 pub fn parse(buf: &[u8], head_request: bool) -> Result<Option<Head>, String> {
     // Uninitialised slots: zeroing all of them at every parse costs more than the parse.
     let mut slots = [std::mem::MaybeUninit::uninit(); MAX_HEADERS];
@@ -56,8 +59,9 @@ pub fn parse(buf: &[u8], head_request: bool) -> Result<Option<Head>, String> {
     let len = match httparse::ParserConfig::default()
         .parse_response_with_uninit_headers(&mut r, buf, &mut slots)
     {
-        Ok(httparse::Status::Complete(len)) => len,
-        Ok(httparse::Status::Partial) => return Ok(None),
+        Ok(httparse::Status::Complete(len)) if len <= MAX_HEAD => len,
+        Ok(httparse::Status::Partial) if buf.len() < MAX_HEAD => return Ok(None),
+        Ok(_) => return Err(TOO_LARGE.into()),
         Err(e) => return Err(format!("the upstream's response head is malformed ({e})")),
     };
     let code = r.code.unwrap_or(0);
@@ -265,6 +269,20 @@ mod tests {
         let te =
             b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\nTransfer-Encoding: gzip\r\n\r\n";
         assert_eq!(parse(te, false).unwrap().unwrap().framing, Framing::Close);
+    }
+
+    #[test]
+    fn a_head_past_the_limit_is_refused_in_one_read_as_in_many() {
+        let line = format!("x-pad: {}\r\n", "a".repeat(1000));
+        let mut big = b"HTTP/1.1 200 OK\r\n".to_vec();
+        while big.len() <= MAX_HEAD {
+            big.extend_from_slice(line.as_bytes());
+        }
+        let partial = big.clone();
+        big.extend_from_slice(b"\r\n");
+        assert_eq!(parse(&big, false).unwrap_err(), TOO_LARGE);
+        assert_eq!(parse(&partial, false).unwrap_err(), TOO_LARGE);
+        assert!(parse(&partial[..MAX_HEAD - 1], false).unwrap().is_none());
     }
 
     #[test]

@@ -9,7 +9,7 @@
 
 mod body;
 pub(crate) mod framing;
-mod head;
+pub(crate) mod head;
 mod pool;
 
 use std::future::poll_fn;
@@ -122,12 +122,6 @@ async fn read_head(conn: &mut Conn, head_request: bool) -> Result<head::Head, Er
                 Some(h) => {
                     conn.buf.advance(h.len);
                     return Ok(h);
-                }
-                None if conn.buf.len() >= head::MAX_HEAD => {
-                    return Err(Error::Protocol(format!(
-                        "the upstream's response head is larger than {} KiB",
-                        head::MAX_HEAD >> 10
-                    )))
                 }
                 None => {}
             }

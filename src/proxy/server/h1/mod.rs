@@ -13,8 +13,8 @@
 //! upstream generating for no one (as hyper does without `half_close`).
 
 mod body;
-mod request;
-mod response;
+pub(crate) mod request;
+pub(crate) mod response;
 
 use std::future::{poll_fn, Future};
 use std::io::{self, IoSlice};

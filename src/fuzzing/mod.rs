@@ -5,6 +5,8 @@
 //! when an invariant breaks: the decoders must never panic, overflow or loop on any input.
 //! Not a stable API: it exists for the fuzzers.
 
+mod http1;
+
 use std::time::Instant;
 
 use bytes::BytesMut;
@@ -13,6 +15,8 @@ use crate::dialect::{generate_dialect, openai::Flavor, Ctx, Dialect};
 use crate::model::{Event, Prompt, Request, Tally};
 use crate::stream::framing::{is_done_marker, Frame, FrameParser, Framing};
 use crate::stream::pipeline::rewrite_model;
+
+pub use http1::http1;
 
 const FLAVORS: [Flavor; 3] = [Flavor::Vllm, Flavor::Llamacpp, Flavor::Standard];
 

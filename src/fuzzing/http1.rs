@@ -10,6 +10,8 @@ use crate::proxy::server::h1::{request, response};
 use crate::upstream::h1::framing::{Framing, Step};
 use crate::upstream::h1::head;
 
+use super::reference;
+
 /// Requests read from one connection at most (a pipelining client's).
 const MAX_REQUESTS: usize = 8;
 
@@ -26,13 +28,16 @@ pub fn http1(data: &[u8]) {
     let (lengths, wire) = data.split_at(k);
     let pieces = super::split(wire, lengths);
     match sel % 4 {
-        0 => same_requests(&requests(&[wire]), &requests(&pieces)),
+        0 => {
+            let whole = requests(&[wire]);
+            same_requests(&whole, &requests(&pieces));
+            requests_agree(&whole.0, &reference::requests(&pieces));
+        }
         1 | 2 => {
             let head_request = sel % 4 == 2;
-            same_answer(
-                &answer(&[wire], head_request),
-                &answer(&pieces, head_request),
-            );
+            let whole = answer(&[wire], head_request);
+            same_answer(&whole, &answer(&pieces, head_request));
+            answer_agrees(&whole, reference::answer(&pieces, head_request));
         }
         _ => {
             response_round_trip(sel >> 2, &pieces);
@@ -156,6 +161,58 @@ fn same_requests(whole: &(Vec<Exchange>, Vec<u8>), split: &(Vec<Exchange>, Vec<u
         }
     }
     assert_eq!(whole.1, split.1, "the bytes left after the requests");
+}
+
+/// Every request lingo's server read to its end, hyper's read the same way: its head's
+/// method, target and header lines, and its body. (lingo may refuse what hyper reads.)
+fn requests_agree(lingo: &[Exchange], hyper: &[reference::Heard]) {
+    for (i, exchange) in lingo.iter().enumerate() {
+        let Exchange::Served(head, body, End::Done) = exchange else {
+            break;
+        };
+        let Some(heard) = hyper.get(i) else {
+            panic!("lingo read request {i} and hyper did not: {head:?} (hyper: {hyper:?})");
+        };
+        let lingo_read = (
+            &head.method,
+            &head.target,
+            fields(&head.headers),
+            Some(body),
+        );
+        let hyper_read = (
+            &heard.method,
+            &heard.target,
+            fields(&heard.headers),
+            heard.body.as_ref(),
+        );
+        assert_eq!(
+            lingo_read, hyper_read,
+            "request {i}: lingo's reading, then hyper's"
+        );
+    }
+}
+
+/// Header lines but `content-length`: hyper keeps one of several equal ones, lingo all
+/// (the body, compared too, says the length was read alike).
+fn fields(lines: &[(HeaderName, HeaderValue)]) -> Vec<&(HeaderName, HeaderValue)> {
+    let framing = |(name, _): &&(HeaderName, HeaderValue)| name != http::header::CONTENT_LENGTH;
+    lines.iter().filter(framing).collect()
+}
+
+/// An answer lingo's client read to its end, hyper's read the same: status and body.
+fn answer_agrees(lingo: &Answer, hyper: Option<reference::Got>) {
+    let Answer::Read(head, body, End::Done, _) = lingo else {
+        return;
+    };
+    let Some((status, hyper_body)) = hyper else {
+        panic!("lingo read an answer and hyper did not: {head:?}");
+    };
+    let lingo_read = (head.status, Some(body));
+    assert_eq!(
+        lingo_read,
+        (status, hyper_body.as_ref()),
+        "lingo's reading, then hyper's"
+    );
 }
 
 /// A response head as the upstream client keeps it.

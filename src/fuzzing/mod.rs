@@ -6,6 +6,7 @@
 //! Not a stable API: it exists for the fuzzers.
 
 mod http1;
+mod reference;
 
 use std::time::Instant;
 

@@ -132,6 +132,9 @@ impl Chunked {
                     let Some((len, taken)) = line(buf)? else {
                         return Ok(Step::NeedMore);
                     };
+                    if len > 0 && !is_field_line(&buf[..len]) {
+                        return Err("a trailer line is not a header field");
+                    }
                     buf.advance(taken);
                     if len == 0 {
                         *self = Chunked::Done;
@@ -146,8 +149,8 @@ impl Chunked {
 /// A whole chunk at the start of `buf` in its plainest spelling (hex digits, CRLF, the data,
 /// CRLF), taken in one step: a stream's event is one such chunk, most often alone in its
 /// read. Gives its data and leaves `buf` at the next size line; anything else (extensions,
-/// a bare LF, a chunk still arriving, the last chunk) is left to the step-by-step decoder,
-/// which words the errors.
+/// whitespace, a bare LF, a chunk still arriving, the last chunk) is left to the
+/// step-by-step decoder, which words the errors.
 fn whole_chunk(buf: &mut BytesMut) -> Option<Bytes> {
     // Within `parse_size`'s bound of 15 digits; the CRLF after them is checked below.
     let (n, digits) = hex_prefix(buf);
@@ -171,8 +174,10 @@ fn whole_chunk(buf: &mut BytesMut) -> Option<Bytes> {
     Some(data)
 }
 
-/// The next line's length without its CRLF (or LF), and how much of `buf` it takes with
-/// its end: read in place, so that a chunk's size line costs no split of the buffer.
+/// The next line's length without its CRLF, and how much of `buf` it takes with its end:
+/// read in place, so that a chunk's size line costs no split of the buffer. A line ends in
+/// CRLF and holds no other CR: where one reader ends a line at a bare LF and another does
+/// not, they end the body in different places (hyper refuses both).
 fn line(buf: &[u8]) -> Result<Option<(usize, usize)>, &'static str> {
     let window = &buf[..buf.len().min(MAX_LINE + 1)];
     let Some(lf) = memchr::memchr(b'\n', window) else {
@@ -181,26 +186,40 @@ fn line(buf: &[u8]) -> Result<Option<(usize, usize)>, &'static str> {
         }
         return Ok(None);
     };
-    let len = match lf > 0 && window[lf - 1] == b'\r' {
-        true => lf - 1,
-        false => lf,
-    };
-    Ok(Some((len, lf + 1)))
+    match lf.checked_sub(1) {
+        Some(cr) if window[cr] == b'\r' && memchr::memchr(b'\r', &window[..cr]).is_none() => {
+            Ok(Some((cr, lf + 1)))
+        }
+        _ => Err("a chunk-size or trailer line does not end in CRLF alone"),
+    }
 }
 
-/// The hex size at the start of a chunk-size line; extensions after `;` are ignored.
+/// The hex size at the start of a chunk-size line: then spaces or tabs, and an extension
+/// after `;` (ignored), or nothing.
 fn parse_size(line: &[u8]) -> Result<u64, &'static str> {
-    let end = line
-        .iter()
-        .position(|&b| b == b';' || b == b' ' || b == b'\t')
-        .unwrap_or(line.len());
+    let (n, digits) = hex_prefix(line);
     // 15 hex digits stay within u64 with room to spare; more is no body anyone sends.
-    if end == 0 || end > 15 {
+    if digits == 0 || digits > 15 {
         return Err("a chunk size is missing or too long");
     }
-    match hex_prefix(&line[..end]) {
-        (n, len) if len == end => Ok(n),
-        _ => Err("a chunk size is not hexadecimal"),
+    let after = line[digits..].iter().find(|b| **b != b' ' && **b != b'\t');
+    match after {
+        None | Some(b';') => Ok(n),
+        Some(_) => Err("a chunk size is not hexadecimal"),
+    }
+}
+
+/// A trailer line as a header field: a token, a colon, and a value without control bytes
+/// but tabs. Trailers are skipped, but a line that is no field is refused, as hyper refuses
+/// it: where one reader sees garbage, two readers could end a body in different places.
+fn is_field_line(line: &[u8]) -> bool {
+    let token = |b: &u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(b);
+    let text = |b: &u8| *b == b'\t' || (*b >= b' ' && *b != 0x7f);
+    match line.iter().position(|&b| b == b':') {
+        Some(colon) => {
+            colon > 0 && line[..colon].iter().all(token) && line[colon + 1..].iter().all(text)
+        }
+        None => false,
     }
 }
 
@@ -243,7 +262,7 @@ mod tests {
     }
 
     const WIRE: &[u8] =
-        b"6\r\ndata: \r\n1a;ext=1\r\nabcdefghijklmnopqrstuvwxyz\r\n0\r\nx-t: 1\r\n\r\n";
+        b"6 \t\r\ndata: \r\n1a ;ext=1\r\nabcdefghijklmnopqrstuvwxyz\r\n0\r\nx-t: 1\t\xff\r\n\r\n";
 
     #[test]
     fn chunked_decodes_whole_and_byte_by_byte() {
@@ -293,6 +312,17 @@ mod tests {
             b"3\r\nabcXY",
             b"\r\n",
             b"1234567890123456\r\n",
+            // Bare LFs and CRs, and anything but an extension after the size.
+            b"3\nabc\r\n0\r\n\r\n",
+            b"3;x\nabc\r\n0\r\n\r\n",
+            b"3;a\rb\r\nabc\r\n0\r\n\r\n",
+            b"3 x\r\nabc\r\n0\r\n\r\n",
+            b"3\r\nabc\r\n0\r\n\n",
+            b"3\r\nabc\r\n0\r\nx: 1\n\r\n",
+            // Trailer lines that are no header field.
+            b"3\r\nabc\r\n0\r\nGET / HTTP/1.1\r\n\r\n",
+            b"3\r\nabc\r\n0\r\n: v\r\n\r\n",
+            b"3\r\nabc\r\n0\r\nx: a\x01b\r\n\r\n",
         ] {
             assert!(
                 run(Framing::Chunked(Chunked::Size), wire, 64).is_err(),

@@ -12,7 +12,7 @@ pub const MAX_HEAD: usize = 64 << 10;
 /// Why a head past `MAX_HEAD` is refused.
 pub const TOO_LARGE: &str = "the upstream's response head is larger than 64 KiB";
 /// Header lines a response head may have.
-const MAX_HEADERS: usize = 128;
+pub const MAX_HEADERS: usize = 128;
 
 /// The answer headers lingo reads besides the framing ones (read in place) and
 /// `content-type` (kept apart): `Retry-After` for the endpoint's health, TGI's counts. Only
@@ -67,8 +67,9 @@ pub fn parse(buf: &[u8], head_request: bool) -> Result<Option<Head>, String> {
     let code = r.code.unwrap_or(0);
     let status = StatusCode::from_u16(code)
         .map_err(|_| format!("the upstream answered with status {code}"))?;
+    let http10 = r.version != Some(1);
     let mut f = Framers {
-        close: r.version != Some(1),
+        close: http10,
         ..Framers::default()
     };
     let (mut content_type, mut headers) = (None, HeaderMap::new());
@@ -91,7 +92,11 @@ pub fn parse(buf: &[u8], head_request: bool) -> Result<Option<Head>, String> {
             }
         }
     }
-    let framing = framing(status, &f, head_request)?;
+    // lingo never asks to switch protocols: a 101 is a server out of step.
+    if status == StatusCode::SWITCHING_PROTOCOLS {
+        return Err("the upstream switched protocols unasked (101)".into());
+    }
+    let framing = framing(status, &f, head_request, http10)?;
     Ok(Some(Head {
         status,
         reusable: !f.close && !matches!(framing, Framing::Close),
@@ -116,7 +121,12 @@ fn value(v: &[u8]) -> Option<HeaderValue> {
 }
 
 /// How the body is delimited (RFC 9112 §6.3).
-fn framing(status: StatusCode, f: &Framers<'_>, head_request: bool) -> Result<Framing, String> {
+fn framing(
+    status: StatusCode,
+    f: &Framers<'_>,
+    head_request: bool,
+    http10: bool,
+) -> Result<Framing, String> {
     let bodiless = status.is_informational()
         || status == StatusCode::NO_CONTENT
         || status == StatusCode::NOT_MODIFIED;
@@ -124,6 +134,11 @@ fn framing(status: StatusCode, f: &Framers<'_>, head_request: bool) -> Result<Fr
         return Ok(Framing::Length(0));
     }
     if let Some(te) = f.coding {
+        // HTTP/1.0 has no transfer codings: such a body's end is anyone's guess (RFC 9112
+        // §6.1 calls its framing faulty; hyper refuses it too).
+        if http10 {
+            return Err("the upstream sent transfer-encoding in an HTTP/1.0 answer".into());
+        }
         let last = te.rsplit(|&b| b == b',').next().unwrap_or(b"");
         return Ok(if trim(last).eq_ignore_ascii_case(b"chunked") {
             Framing::Chunked(Chunked::Size)
@@ -269,6 +284,10 @@ mod tests {
         let te =
             b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\nTransfer-Encoding: gzip\r\n\r\n";
         assert_eq!(parse(te, false).unwrap().unwrap().framing, Framing::Close);
+        // No transfer codings in HTTP/1.0, and no switching protocols lingo did not ask for.
+        let te10 = b"HTTP/1.0 200 OK\r\ntransfer-encoding: chunked\r\n\r\n";
+        assert!(parse(te10, false).is_err());
+        assert!(parse(b"HTTP/1.1 101 Switching Protocols\r\n\r\n", false).is_err());
     }
 
     #[test]

@@ -256,6 +256,25 @@ async fn heads_lingo_cannot_read_safely_are_refused_and_closed() {
 }
 
 #[tokio::test]
+async fn a_chunked_body_framed_loosely_is_refused_and_closed() {
+    let (_mock, addr) = lingo().await;
+    // hyper refuses each of these: a bare LF ending a size line or the trailers, junk after
+    // a size, a trailer line that is no header field. Two readers could end such a body in
+    // different places, so lingo refuses them too.
+    for framing in [
+        format!("{:x}\n{BODY}\r\n0\r\n\r\n", BODY.len()),
+        format!("{:x}\r\n{BODY}\r\n0\r\n\n", BODY.len()),
+        format!("{:x} x\r\n{BODY}\r\n0\r\n\r\n", BODY.len()),
+        format!("{:x}\r\n{BODY}\r\n0\r\nGET / HTTP/1.1\r\n\r\n", BODY.len()),
+    ] {
+        let wire = format!(
+            "POST /v1/completions HTTP/1.1\r\nHost: lingo\r\nTransfer-Encoding: chunked\r\n\r\n{framing}"
+        );
+        assert_eq!(refused(addr, wire.as_bytes()).await, 400, "{framing:?}");
+    }
+}
+
+#[tokio::test]
 async fn a_body_the_handler_left_unread_closes_the_connection() {
     let (_mock, addr) = lingo().await;
     let mut s = TcpStream::connect(addr).await.unwrap();

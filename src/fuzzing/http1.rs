@@ -372,6 +372,12 @@ fn response_round_trip(flags: u8, frames: &[&[u8]]) {
         "{out:?}"
     );
     assert_eq!(head.reusable, keep, "reuse after {out:?}");
+    let hyper = reference::answer(&[&wire], ask.head_method);
+    assert_eq!(
+        hyper,
+        Some((status, Some(sent.to_vec()))),
+        "hyper's reading of {out:?}"
+    );
 }
 
 /// The upstream client's request head (`head::encode`) and body read back by the server:
@@ -422,4 +428,5 @@ fn request_round_trip(flags: u8, body: &[u8]) {
         (body, &End::Done, &[][..])
     );
     assert!(head.keep_alive, "an upstream request keeps its connection");
+    requests_agree(&read, &reference::requests(&[&wire]));
 }

@@ -5,6 +5,12 @@ use bytes::{Buf, Bytes, BytesMut};
 
 /// A chunk-size line (with any extensions) or a trailer line may take this many bytes.
 const MAX_LINE: usize = 4096;
+/// Trailer lines a body may end with, and their bytes: hyper's bounds (100 lines, the
+/// server's count for header lines, and 16 KiB). Trailers are skipped, but not forever.
+const TRAILERS: Chunked = Chunked::Trailers {
+    lines: 100,
+    bytes: 16 << 10,
+};
 
 /// What the buffer gave: data to hand on, nothing yet, or the body's end.
 #[derive(Debug, PartialEq, Eq)]
@@ -31,8 +37,12 @@ pub enum Chunked {
     Data(u64),
     /// After a chunk's data: its CRLF.
     DataEnd,
-    /// After the last (zero-size) chunk: trailer lines until an empty one.
-    Trailers,
+    /// After the last (zero-size) chunk: trailer lines until an empty one, and the room
+    /// left for them (`TRAILERS`).
+    Trailers {
+        lines: u8,
+        bytes: u16,
+    },
     Done,
 }
 
@@ -103,7 +113,7 @@ impl Chunked {
                         return Ok(Step::NeedMore);
                     };
                     *self = match parse_size(&buf[..len])? {
-                        0 => Chunked::Trailers,
+                        0 => TRAILERS,
                         n => Chunked::Data(n),
                     };
                     buf.advance(taken);
@@ -128,17 +138,25 @@ impl Chunked {
                     buf.advance(2);
                     *self = Chunked::Size;
                 }
-                Chunked::Trailers => {
+                Chunked::Trailers { lines, bytes } => {
                     let Some((len, taken)) = line(buf)? else {
                         return Ok(Step::NeedMore);
                     };
                     if len > 0 && !is_field_line(&buf[..len]) {
                         return Err("a trailer line is not a header field");
                     }
+                    let room = (lines.checked_sub(1), bytes.checked_sub(taken as u16));
+                    let (Some(left), Some(left_bytes)) = room else {
+                        return Err("the trailers are too many or too long");
+                    };
                     buf.advance(taken);
-                    if len == 0 {
-                        *self = Chunked::Done;
-                    }
+                    *self = match len {
+                        0 => Chunked::Done,
+                        _ => Chunked::Trailers {
+                            lines: left,
+                            bytes: left_bytes,
+                        },
+                    };
                 }
                 Chunked::Done => return Ok(Step::Done),
             }
@@ -329,6 +347,15 @@ mod tests {
                 "{wire:?}"
             );
         }
+        // Trailers are bounded in lines and in bytes.
+        let trailers = |n: usize, value: usize| {
+            let line = format!("x: {}\r\n", "v".repeat(value));
+            format!("3\r\nabc\r\n0\r\n{}\r\n", line.repeat(n)).into_bytes()
+        };
+        assert!(run(Framing::Chunked(Chunked::Size), &trailers(99, 1), 64).is_ok());
+        assert!(run(Framing::Chunked(Chunked::Size), &trailers(100, 1), 64).is_err());
+        assert!(run(Framing::Chunked(Chunked::Size), &trailers(4, 4000), 64).is_ok());
+        assert!(run(Framing::Chunked(Chunked::Size), &trailers(5, 4000), 64).is_err());
         let long = vec![b'1'; MAX_LINE + 2];
         assert!(run(Framing::Chunked(Chunked::Size), &long, 64).is_err());
     }

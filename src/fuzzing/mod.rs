@@ -36,9 +36,14 @@ fn head(data: &[u8]) -> (u8, &[u8]) {
 
 /// A client request body. The first byte picks the route: one of the dialects, or
 /// `POST /generate`, whose dialect is sniffed from the body. A decoded request is then
-/// encoded for every upstream dialect and flavour, as the proxy would send it.
+/// encoded for every upstream dialect and flavour, as the proxy would send it. The glance's
+/// fast reader (routing's model, stream flags, lengths) must read the body as serde does
+/// wherever it answers.
 pub fn request(data: &[u8]) {
     let (sel, body) = head(data);
+    if let Ok(text) = std::str::from_utf8(body) {
+        crate::proxy::generate::glance::agrees_with_serde(text);
+    }
     let client = match usize::from(sel) % (Dialect::ALL.len() + 1) {
         i if i < Dialect::ALL.len() => Dialect::ALL[i],
         _ => match generate_dialect(body) {
@@ -109,8 +114,9 @@ fn ctx(b: u8) -> Ctx {
 
 /// An upstream stream body fed in arbitrary pieces. Layout: upstream dialect byte, client
 /// dialect byte, context byte, split count `k` (mod 16), `k` piece lengths, then the body.
-/// Invariants: the frames do not depend on where the body was split; decoding, counting and
-/// re-encoding them for the client never panics.
+/// Invariants: the frames do not depend on where the body was split; the fast event reader,
+/// each event after the one before, reads as serde does wherever it answers; decoding,
+/// counting and re-encoding them for the client never panics.
 pub fn stream(data: &[u8]) {
     let (up, data) = head(data);
     let (client, data) = head(data);
@@ -128,6 +134,11 @@ pub fn stream(data: &[u8]) {
         "frames depend on the split"
     );
     check_frames(framing, &whole);
+    let texts: Vec<&str> = whole
+        .iter()
+        .filter_map(|f| std::str::from_utf8(&f.data).ok())
+        .collect();
+    crate::dialect::openai::fast_readers_agree(&texts);
     decode_stream(upstream, dialect(client), ctx(flags), &whole);
 }
 
@@ -210,12 +221,16 @@ fn finish(tally: &Tally, client: Dialect, out: &[u8]) {
 
 /// A whole upstream response body. Layout: upstream dialect byte, client dialect byte,
 /// context byte, then the body. Decodes it as the passthrough summary and the translating
-/// route do, and re-encodes a decoded answer for the client.
+/// route do, and re-encodes a decoded answer for the client; the fast readers of a whole
+/// answer (passthrough's counts, the completion) read as serde does wherever they answer.
 pub fn response(data: &[u8]) {
     let (up, data) = head(data);
     let (client, data) = head(data);
     let (flags, body) = head(data);
     let upstream = dialect(up);
+    if let Ok(text) = std::str::from_utf8(body) {
+        crate::dialect::openai::fast_readers_agree(&[text]);
+    }
     let _ = upstream.decode_error(body);
     let Ok(mut resp) = upstream.decode_response(body) else {
         return;

@@ -7,7 +7,7 @@ pub mod drain;
 mod fleet_status;
 mod front;
 pub(crate) mod gate;
-mod generate;
+pub(crate) mod generate;
 mod layers;
 mod respond;
 pub(crate) mod server;

@@ -33,6 +33,13 @@ fn completions_logprobs(
 }
 
 pub(crate) use summary::counts as response_counts;
+
+/// For the fuzzers: the fast readers of stream events (each after the one before) and of
+/// whole answers agree with serde wherever they answer.
+pub(crate) fn fast_readers_agree(texts: &[&str]) {
+    scan::agrees_with_serde(texts);
+    texts.iter().for_each(|t| summary::agrees_with_serde(t));
+}
 pub use wire::{finish_from_wire, finish_to_wire, sampling_from_wire, write_sampling, UsageWire};
 
 /// How much of vLLM's additions to the OpenAI API an upstream takes.

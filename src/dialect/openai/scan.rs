@@ -89,6 +89,22 @@ pub(super) fn chunk(text: &str) -> Option<ChunkWire<'_>> {
     chunk_after(text, &mut Head::default())
 }
 
+/// For the fuzzers: what the fast reader gives for each of `events` in turn (each after the
+/// one before, whose head it may reuse), when it gives anything, is what serde reads.
+pub(crate) fn agrees_with_serde(events: &[&str]) {
+    let mut head = Head::default();
+    for text in events {
+        if let Some(fast) = chunk_after(text, &mut head) {
+            let serde = serde_json::from_str::<ChunkWire<'_>>(text).ok();
+            assert_eq!(
+                Some(fast),
+                serde,
+                "an event read fast otherwise than serde: {text}"
+            );
+        }
+    }
+}
+
 /// `chunk`, skipping the head when the event starts with the last one's (and keeping
 /// this event's head for the next).
 pub(super) fn chunk_after<'a>(text: &'a str, head: &mut Head) -> Option<ChunkWire<'a>> {

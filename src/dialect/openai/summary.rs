@@ -24,6 +24,33 @@ struct ChoiceCounts {
     ids: Option<(u64, u64)>,
 }
 
+/// For the fuzzers: what the fast readers give for a whole answer, when they give anything,
+/// is what serde's path gives (decoded whole, then counted).
+pub(crate) fn agrees_with_serde(text: &str) {
+    use super::{chat, completions};
+    for chat in [false, true] {
+        if let Some(fast) = counts(text, chat) {
+            let serde = match chat {
+                false => completions::decode_by_serde(text.as_bytes()),
+                true => chat::decode_response(text.as_bytes()),
+            };
+            assert_eq!(
+                Some(fast),
+                serde.ok().map(Counts::of),
+                "counted fast otherwise: {text}"
+            );
+        }
+    }
+    if let Some(fast) = completion(text) {
+        let serde = completions::decode_by_serde(text.as_bytes()).ok();
+        assert_eq!(
+            Some(fast),
+            serde,
+            "a completion read fast otherwise than serde: {text}"
+        );
+    }
+}
+
 /// `Counts` of a completions (`chat: false`) or chat response, as serde would give them.
 pub(crate) fn counts(text: &str, chat: bool) -> Sure<Counts> {
     let mut c = Cursor::new(text);

@@ -2,7 +2,7 @@
 //! translate through the canonical model otherwise.
 
 mod body;
-mod glance;
+pub(crate) mod glance;
 mod passthrough;
 mod shadow;
 mod translate;

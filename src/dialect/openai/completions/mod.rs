@@ -6,7 +6,6 @@ mod response;
 mod stream;
 
 pub use request::{decode_request, encode_request};
-#[cfg(test)]
 pub(crate) use response::decode_by_serde;
 pub use response::{decode_response, encode_response};
 pub use stream::StreamEncoder;

@@ -17,6 +17,19 @@ use crate::fleet::prefix::PromptSpan;
 
 mod fast;
 
+/// For the fuzzers: what the fast reader gives for a request body, when it gives anything,
+/// is what serde reads into `Raw`.
+pub(crate) fn agrees_with_serde(body: &str) {
+    if let Some(fast) = fast::fields(body) {
+        let serde = decode_json::<Raw>(body.as_bytes()).ok().map(Fields::from);
+        assert_eq!(
+            Some(fast),
+            serde,
+            "a body read fast otherwise than serde: {body}"
+        );
+    }
+}
+
 #[derive(Debug, Default)]
 pub struct Glance {
     pub model: Option<String>,

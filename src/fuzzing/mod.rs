@@ -139,6 +139,7 @@ pub fn stream(data: &[u8]) {
         .filter_map(|f| std::str::from_utf8(&f.data).ok())
         .collect();
     crate::dialect::openai::fast_readers_agree(&texts);
+    crate::dialect::openai::stream_fast_paths_agree(&whole);
     decode_stream(upstream, dialect(client), ctx(flags), &whole);
 }
 

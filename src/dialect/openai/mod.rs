@@ -40,6 +40,13 @@ pub(crate) fn fast_readers_agree(texts: &[&str]) {
     scan::agrees_with_serde(texts);
     texts.iter().for_each(|t| summary::agrees_with_serde(t));
 }
+
+/// For the fuzzers: a stream's frames decoded with every fast path (completions and chat)
+/// give what serde alone gives (`stream::Decoder::fast_paths_agree`).
+pub(crate) fn stream_fast_paths_agree(frames: &[crate::stream::framing::Frame]) {
+    stream::Decoder::fast_paths_agree(false, frames);
+    stream::Decoder::fast_paths_agree(true, frames);
+}
 pub use wire::{finish_from_wire, finish_to_wire, sampling_from_wire, write_sampling, UsageWire};
 
 /// How much of vLLM's additions to the OpenAI API an upstream takes.

@@ -95,7 +95,7 @@ struct Found {
 fn found(text: &str, w: &ChunkWire<'_>, head: &Head, chat: bool) -> Option<Found> {
     let spots = &head.spots;
     let role = chat && is_role_only(w);
-    let (mut slots, index) = match shape_of(w, spots) {
+    let (mut slots, index) = match shape_of(w, spots, chat) {
         Some(shape) => (shape.slots().to_vec(), shape.index()),
         None if role => (Vec::new(), w.choices[0].index),
         None => return None,

@@ -168,6 +168,11 @@ impl Shape {
         bytes: &'a [u8],
         mut at_slot: impl FnMut(usize, Range<usize>),
     ) -> Sure<Filled<'a>> {
+        // No shape learnt yet (a learnt one has its text's slot at least): the empty one
+        // would match an empty event, which serde refuses.
+        if self.slots.is_empty() {
+            return None;
+        }
         let mut f = Filled {
             id: "",
             text: "",
@@ -244,8 +249,8 @@ impl Shape {
     /// has one; otherwise the last one stays. Its `prompt_token_ids` are left out of the
     /// shape, unless the stream has shown that its next events carry them too: a cut shape
     /// is learnt again only when an event did not match it.
-    pub(super) fn learn(&mut self, text: &str, w: &ChunkWire<'_>, spots: &Spots) {
-        if let Some(s) = shape_of(w, spots) {
+    pub(super) fn learn(&mut self, text: &str, w: &ChunkWire<'_>, spots: &Spots, chat: bool) {
+        if let Some(s) = shape_of(w, spots, chat) {
             self.take(text.as_bytes(), s, spots);
         }
     }
@@ -277,7 +282,9 @@ impl Shape {
 }
 
 /// The shape of a plain event (`w`, its parts at `spots`), its bytes left for the caller.
-pub(super) fn shape_of(w: &ChunkWire<'_>, spots: &Spots) -> Option<Shape> {
+/// Its text is where the decoder reads it (`chat`: the delta's content, else `text`): a
+/// completions-shaped event in a chat stream has no text to the decoder, and gets no shape.
+pub(super) fn shape_of(w: &ChunkWire<'_>, spots: &Spots, chat: bool) -> Option<Shape> {
     let [c] = w.choices.as_slice() else {
         return None;
     };
@@ -288,9 +295,10 @@ pub(super) fn shape_of(w: &ChunkWire<'_>, spots: &Spots) -> Option<Shape> {
     if !plain || w.error.is_some() {
         return None;
     }
-    let text = match (&c.text, &c.delta, spots) {
-        (Some(_), None, Spots { text: Some(at), .. }) => at,
+    let text = match (chat, &c.text, &c.delta, spots) {
+        (false, Some(_), None, Spots { text: Some(at), .. }) => at,
         (
+            true,
             None,
             Some(DeltaWire {
                 role: None,
@@ -420,7 +428,7 @@ mod tests {
         let mut shape = Shape::default();
         let mut head = scan::Head::default();
         if let Some(w) = scan::chunk_after(first, &mut head) {
-            shape.learn(first, &w, &head.spots);
+            shape.learn(first, &w, &head.spots, first.contains(r#""delta""#));
         }
         shape
     }
@@ -582,7 +590,7 @@ mod tests {
         assert_eq!(read(shape, text.as_bytes()), None, "{text}");
         let mut head = scan::Head::default();
         let w = scan::chunk_after(text, &mut head).unwrap();
-        shape.learn(text, &w, &head.spots);
+        shape.learn(text, &w, &head.spots, text.contains(r#""delta""#));
     }
 
     #[test]

@@ -105,6 +105,19 @@ impl Decoder {
         Ok(())
     }
 
+    /// `frame` by serde alone: no shape, no opening, no fast reader. What every fast path
+    /// must agree with (`fast_paths_agree`).
+    fn frame_by_serde(&mut self, frame: &Frame, out: &mut Vec<Event>) -> Result<(), ProxyError> {
+        if is_done_marker(&frame.data) {
+            out.push(Event::Done);
+            return Ok(());
+        }
+        let w: ChunkWire = crate::dialect::json::from_bytes(&frame.data)
+            .map_err(|e| ProxyError::UpstreamProtocol(format!("stream chunk: {e}")))?;
+        self.wire(w, out);
+        Ok(())
+    }
+
     /// A frame's counts (`data`, its payload), when it is the stream's shape with new values
     /// (most events): what `frame` would count of it, for a passthrough that needs no
     /// events. `None`: read it with `frame`.
@@ -125,6 +138,48 @@ impl Decoder {
     #[cfg(test)]
     pub(super) fn shape_reads(&self, data: &[u8]) -> bool {
         self.shape.chunk(data).is_some()
+    }
+
+    /// For the fuzzers: `frames` through a decoder as the pipeline runs it (its shape, the
+    /// thread's opening, the fast reader; and before each frame, what a passthrough's
+    /// `counts` and a translation's `shaped_into` take from it) give the events of a decoder
+    /// that reads every frame with serde alone, up to the first error, which both must meet.
+    pub(crate) fn fast_paths_agree(chat: bool, frames: &[Frame]) {
+        let (mut fast, mut plain) = (Decoder::new(chat), Decoder::new(chat));
+        let (mut got, mut want) = (Vec::new(), Vec::new());
+        // Written over as the pipeline writes over its last event's chunk.
+        let mut slot = Chunk::default();
+        for f in frames {
+            let counts = fast.counts(&f.data);
+            let shaped = fast.shaped_into(&f.data, &mut slot).map(|()| slot.clone());
+            (got.clear(), want.clear());
+            let read = fast.frame(f, &mut got);
+            let by_serde = plain.frame_by_serde(f, &mut want);
+            let data = String::from_utf8_lossy(&f.data);
+            assert_eq!(
+                read.is_ok(),
+                by_serde.is_ok(),
+                "read fast otherwise: {data}"
+            );
+            if by_serde.is_err() {
+                return;
+            }
+            assert_eq!(got, want, "events read fast otherwise than serde: {data}");
+            let serde_chunk = match want.as_slice() {
+                [Event::Chunk(c)] => Some(c),
+                _ => None,
+            };
+            if let Some(counts) = counts {
+                assert_eq!(
+                    Some(counts),
+                    serde_chunk.map(ChunkCounts::of),
+                    "counts: {data}"
+                );
+            }
+            if let Some(shaped) = shaped {
+                assert_eq!(Some(&shaped), serde_chunk, "a shaped chunk: {data}");
+            }
+        }
     }
 
     /// The events one read event gives.
@@ -161,7 +216,7 @@ impl Decoder {
     fn fast<'a>(&mut self, data: &'a [u8]) -> Option<ChunkWire<'a>> {
         let text = std::str::from_utf8(data).ok()?;
         let w = scan::chunk_after(text, &mut self.head)?;
-        self.shape.learn(text, &w, &self.head.spots);
+        self.shape.learn(text, &w, &self.head.spots, self.chat);
         if !self.started {
             opening::learn(text, &w, &self.head, self.chat);
         }
@@ -208,5 +263,65 @@ impl Decoder {
             logprobs,
             usage,
         }));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+
+    use super::*;
+
+    fn frames(texts: &[&str]) -> Vec<Frame> {
+        let data = |t: &&str| Bytes::copy_from_slice(t.as_bytes());
+        texts
+            .iter()
+            .map(|t| Frame {
+                event: None,
+                data: data(t),
+            })
+            .collect()
+    }
+
+    fn decode(chat: bool, frames: &[Frame]) -> Vec<Result<Vec<Event>, ProxyError>> {
+        let mut d = Decoder::new(chat);
+        let read = |f: &Frame| {
+            let mut out = Vec::new();
+            d.frame(f, &mut out).map(|()| out)
+        };
+        frames.iter().map(read).collect()
+    }
+
+    #[test]
+    fn a_chat_stream_reads_completions_shaped_events_as_serde_does_fast_or_not() {
+        // The text of a completions-shaped event is not a chat chunk's: learnt as a shape
+        // it was, for the events after the first.
+        let event = |t: &str| {
+            format!(
+                r#"{{"id":"x","model":"m","choices":[{{"index":0,"text":"{t}","finish_reason":null}}]}}"#
+            )
+        };
+        let (a, b) = (event(" a"), event(" b"));
+        let fs = frames(&[&a, &b]);
+        Decoder::fast_paths_agree(true, &fs);
+        let got = decode(true, &fs);
+        let Ok(second) = &got[1] else {
+            panic!("{got:?}")
+        };
+        assert!(
+            matches!(second.as_slice(), [Event::Chunk(c)] if c.text.is_empty()),
+            "{second:?}"
+        );
+    }
+
+    #[test]
+    fn an_empty_event_is_refused_before_any_shape_is_learnt() {
+        // The shape not yet learnt matched an empty event: a chunk serde would refuse.
+        let role = r#"{"id":"x","model":"m","choices":[{"index":0,"delta":{"role":"assistant"}}]}"#;
+        for (chat, texts) in [(false, vec![""]), (true, vec![role, ""])] {
+            let fs = frames(&texts);
+            Decoder::fast_paths_agree(chat, &fs);
+            assert!(decode(chat, &fs).last().unwrap().is_err(), "{texts:?}");
+        }
     }
 }

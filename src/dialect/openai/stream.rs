@@ -152,7 +152,8 @@ impl Decoder {
         for f in frames {
             let counts = fast.counts(&f.data);
             let shaped = fast.shaped_into(&f.data, &mut slot).map(|()| slot.clone());
-            (got.clear(), want.clear());
+            got.clear();
+            want.clear();
             let read = fast.frame(f, &mut got);
             let by_serde = plain.frame_by_serde(f, &mut want);
             let data = String::from_utf8_lossy(&f.data);

@@ -109,12 +109,7 @@ fn requests(pieces: &[&[u8]]) -> (Vec<Exchange>, Vec<u8>) {
             method: head.request.method().clone(),
             target: head.request.uri().to_string(),
             version: head.request.version(),
-            headers: head
-                .request
-                .headers()
-                .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect(),
+            headers: lines(head.request.headers()),
             framing: head.framing,
             keep_alive: head.keep_alive,
             expect_continue: head.expect_continue,
@@ -190,6 +185,11 @@ fn requests_agree(lingo: &[Exchange], hyper: &[reference::Heard]) {
             "request {i}: lingo's reading, then hyper's"
         );
     }
+}
+
+/// A header map's lines, in order, to compare.
+pub(super) fn lines(map: &http::HeaderMap) -> Vec<(HeaderName, HeaderValue)> {
+    map.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
 }
 
 /// Header lines but `content-length`: hyper keeps one of several equal ones, lingo all
@@ -270,11 +270,7 @@ fn answer(pieces: &[&[u8]], head_request: bool) -> Answer {
     let summary = ResponseHead {
         status: head.status,
         content_type: head.content_type,
-        headers: head
-            .headers
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect(),
+        headers: lines(&head.headers),
         framing: head.framing,
         reusable: head.reusable,
     };

@@ -41,13 +41,12 @@ pub(super) fn requests(pieces: &[&[u8]]) -> Vec<Heard> {
         async move {
             let (parts, body) = req.into_parts();
             let body = body.collect().await.ok().map(|b| b.to_bytes().to_vec());
-            let headers = parts.headers.iter();
             into.lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .push(Heard {
                     method: parts.method,
                     target: parts.uri.to_string(),
-                    headers: headers.map(|(k, v)| (k.clone(), v.clone())).collect(),
+                    headers: super::http1::lines(&parts.headers),
                     body,
                 });
             Ok::<_, Infallible>(Response::new(Empty::<Bytes>::new()))

@@ -89,13 +89,18 @@ pub(super) fn chunk(text: &str) -> Option<ChunkWire<'_>> {
     chunk_after(text, &mut Head::default())
 }
 
+/// One event as serde reads it: what the fast reader must agree with.
+fn by_serde(text: &str) -> Option<ChunkWire<'_>> {
+    serde_json::from_str(text).ok()
+}
+
 /// For the fuzzers: what the fast reader gives for each of `events` in turn (each after the
 /// one before, whose head it may reuse), when it gives anything, is what serde reads.
 pub(crate) fn agrees_with_serde(events: &[&str]) {
     let mut head = Head::default();
     for text in events {
         if let Some(fast) = chunk_after(text, &mut head) {
-            let serde = serde_json::from_str::<ChunkWire<'_>>(text).ok();
+            let serde = by_serde(text);
             assert_eq!(
                 Some(fast),
                 serde,
@@ -381,6 +386,7 @@ mod tests {
     use crate::dialect::openai::cursor::mangle;
     use rand::{Rng, SeedableRng};
 
+    use super::by_serde as serde;
     use super::*;
 
     /// Events as servers send them: the fast reader must take each, as serde reads it.
@@ -429,10 +435,6 @@ mod tests {
         r#"{"a":"#,
         "",
     ];
-
-    fn serde(text: &str) -> Option<ChunkWire<'_>> {
-        serde_json::from_str(text).ok()
-    }
 
     #[test]
     fn common_events_are_read_fast_and_as_serde_reads_them() {

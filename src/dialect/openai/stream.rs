@@ -98,8 +98,7 @@ impl Decoder {
         // The fast reader gives serde's answer when it is sure of it, else serde reads.
         let w: ChunkWire = match self.fast(&frame.data) {
             Some(w) => w,
-            None => crate::dialect::json::from_bytes(&frame.data)
-                .map_err(|e| ProxyError::UpstreamProtocol(format!("stream chunk: {e}")))?,
+            None => by_serde(&frame.data)?,
         };
         self.wire(w, out);
         Ok(())
@@ -112,9 +111,7 @@ impl Decoder {
             out.push(Event::Done);
             return Ok(());
         }
-        let w: ChunkWire = crate::dialect::json::from_bytes(&frame.data)
-            .map_err(|e| ProxyError::UpstreamProtocol(format!("stream chunk: {e}")))?;
-        self.wire(w, out);
+        self.wire(by_serde(&frame.data)?, out);
         Ok(())
     }
 
@@ -265,6 +262,12 @@ impl Decoder {
             usage,
         }));
     }
+}
+
+/// An event as serde reads it, the fast paths' last resort and their reference.
+fn by_serde(data: &[u8]) -> Result<ChunkWire<'_>, ProxyError> {
+    crate::dialect::json::from_bytes(data)
+        .map_err(|e| ProxyError::UpstreamProtocol(format!("stream chunk: {e}")))
 }
 
 #[cfg(test)]

@@ -27,28 +27,30 @@ struct ChoiceCounts {
 /// For the fuzzers: what the fast readers give for a whole answer, when they give anything,
 /// is what serde's path gives (decoded whole, then counted).
 pub(crate) fn agrees_with_serde(text: &str) {
-    use super::{chat, completions};
     for chat in [false, true] {
         if let Some(fast) = counts(text, chat) {
-            let serde = match chat {
-                false => completions::decode_by_serde(text.as_bytes()),
-                true => chat::decode_response(text.as_bytes()),
-            };
-            assert_eq!(
-                Some(fast),
-                serde.ok().map(Counts::of),
-                "counted fast otherwise: {text}"
-            );
+            let serde = counts_by_serde(text, chat);
+            assert_eq!(Some(fast), serde, "counted fast otherwise: {text}");
         }
     }
     if let Some(fast) = completion(text) {
-        let serde = completions::decode_by_serde(text.as_bytes()).ok();
+        let serde = super::completions::decode_by_serde(text.as_bytes()).ok();
         assert_eq!(
             Some(fast),
             serde,
             "a completion read fast otherwise than serde: {text}"
         );
     }
+}
+
+/// What serde's path gives: the response decoded whole, then counted. What `counts` must
+/// agree with.
+fn counts_by_serde(text: &str, chat: bool) -> Option<Counts> {
+    let resp = match chat {
+        false => super::completions::decode_by_serde(text.as_bytes()),
+        true => super::chat::decode_response(text.as_bytes()),
+    };
+    resp.ok().map(Counts::of)
 }
 
 /// `Counts` of a completions (`chat: false`) or chat response, as serde would give them.
@@ -219,8 +221,9 @@ mod tests {
     use crate::dialect::openai::cursor::mangle;
     use rand::{Rng, SeedableRng};
 
+    use super::counts_by_serde as serde;
     use super::*;
-    use crate::dialect::openai::{chat, completions};
+    use crate::dialect::openai::completions;
 
     /// Completions responses as servers send them: each must be read fast, as serde reads it.
     const COMPLETIONS: &[&str] = &[
@@ -284,15 +287,6 @@ mod tests {
         r#"{"choices":[{"message":{"content":1}}]}"#,
         r#"{"choices":[{"message":{"content":"a","content":"b"}}]}"#,
     ];
-
-    /// What serde's path gives: the response decoded, then counted.
-    fn serde(text: &str, chat: bool) -> Option<Counts> {
-        let resp = match chat {
-            false => completions::decode_by_serde(text.as_bytes()),
-            true => chat::decode_response(text.as_bytes()),
-        };
-        resp.ok().map(Counts::of)
-    }
 
     #[test]
     fn common_responses_are_read_fast_and_as_serde_reads_them() {

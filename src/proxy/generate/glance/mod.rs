@@ -17,11 +17,16 @@ use crate::fleet::prefix::PromptSpan;
 
 mod fast;
 
+/// A body's fields as serde reads them into `Raw`: what `fast::fields` must agree with.
+fn fields_by_serde(body: &str) -> Option<Fields<'_>> {
+    decode_json::<Raw>(body.as_bytes()).ok().map(Fields::from)
+}
+
 /// For the fuzzers: what the fast reader gives for a request body, when it gives anything,
 /// is what serde reads into `Raw`.
 pub(crate) fn agrees_with_serde(body: &str) {
     if let Some(fast) = fast::fields(body) {
-        let serde = decode_json::<Raw>(body.as_bytes()).ok().map(Fields::from);
+        let serde = fields_by_serde(body);
         assert_eq!(
             Some(fast),
             serde,
@@ -390,6 +395,7 @@ fn chat_range(body: &[u8], messages: &[&str]) -> Option<Range<usize>> {
 
 #[cfg(test)]
 mod tests {
+    use super::fields_by_serde as serde;
     use super::*;
 
     fn slice<'a>(body: &'a str, r: &Option<Range<usize>>) -> &'a str {
@@ -472,10 +478,6 @@ mod tests {
         r#"{"max_tokens":1.5}"#,
         r#"{"user":{"id":1}}"#,
     ];
-
-    fn serde(body: &str) -> Option<Fields<'_>> {
-        decode_json::<Raw>(body.as_bytes()).ok().map(Fields::from)
-    }
 
     #[test]
     fn bodies_are_read_fast_and_as_serde_reads_them() {

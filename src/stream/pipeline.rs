@@ -1,7 +1,8 @@
 //! The streaming pipeline: upstream body -> frames -> canonical events -> client bytes.
 //!
 //! Each upstream body chunk is processed as soon as it arrives and whatever it produces is
-//! emitted at once: nothing is held back for a later chunk (the no-buffering invariant).
+//! emitted at once: no whole event is held back for a later chunk (the no-buffering
+//! invariant). Only the start of an event still arriving waits for its end, in every mode.
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -80,8 +81,8 @@ struct State {
     decode_errors: u32,
     /// Passthrough: the upstream's own in-band error, already forwarded with the rest.
     upstream_failed: Option<ProxyError>,
-    /// Raw passthrough: the bytes forwarded so far end inside an event.
-    mid_event: bool,
+    /// Raw passthrough: the start of an event still arriving, held until it is whole.
+    partial: BytesMut,
     /// The body's end or error, seen while collecting ready chunks.
     pending: Option<Chunk>,
 }
@@ -126,7 +127,7 @@ impl State {
             arrived: None,
             decode_errors: 0,
             upstream_failed: None,
-            mid_event: false,
+            partial: BytesMut::new(),
             pending: None,
         }
     }
@@ -308,6 +309,13 @@ impl State {
                 (joined(data, n, rest, as_came), tokens, failure)
             }
         };
+        let bytes = match self.output {
+            Output::Raw => {
+                let failing = failure.is_some() || (eof && !self.ends_well());
+                self.whole_events_only(bytes, eof, failing)
+            }
+            _ => bytes,
+        };
         // One call: a chunk is sent as one piece.
         self.emit(bytes, tokens);
         match failure {
@@ -315,6 +323,35 @@ impl State {
             None if eof => self.end(),
             None => {}
         }
+    }
+
+    /// Raw passthrough sends whole events only: the bytes of one still arriving wait for
+    /// the rest of it (every whole event goes on at once, as before). An SSE client
+    /// dispatches whatever event it holds at the next blank line, so half an event
+    /// forwarded before the upstream broke off would reach it, cut short, ahead of
+    /// lingo's error event. A stream that ends well keeps every byte as it came.
+    fn whole_events_only(&mut self, bytes: Bytes, eof: bool, failing: bool) -> Bytes {
+        let mut bytes = match self.partial.is_empty() {
+            true => bytes,
+            false => {
+                self.partial.extend_from_slice(&bytes);
+                self.partial.split().freeze()
+            }
+        };
+        if !failing && (eof || self.parser.between_events()) {
+            return bytes;
+        }
+        let rest = bytes.split_off(event_boundary(self.dialect.framing(), &bytes));
+        if !failing {
+            // Copied: a slice would keep the whole read buffer it came in.
+            self.partial.extend_from_slice(&rest);
+        }
+        bytes
+    }
+
+    /// Whether the stream, at its end, ends without an error of lingo's (as `end` decides).
+    fn ends_well(&self) -> bool {
+        self.upstream_failed.is_some() || self.saw_end || self.finish.is_some()
     }
 
     /// Frame, decode and account for `data`: the bytes to send for it, its tokens, whether
@@ -339,7 +376,6 @@ impl State {
         if eof && fed.is_ok() {
             self.parser.finish(&mut frames);
         }
-        self.mid_event = fed.is_err() || self.parser.pending() > 0;
         let raw = matches!(self.output, Output::Raw);
         // Re-framing without a new model name leaves a chunk of whole events as it came
         // unless one of its events is left out: such a chunk goes on uncopied.
@@ -601,7 +637,7 @@ impl State {
             return self.close(Some((outcome(&err), err.kind())));
         }
         // A stream that stops without its terminator or any finish reason was cut short.
-        if !self.saw_end && self.finish.is_none() {
+        if !self.ends_well() {
             return self.fail(ProxyError::UpstreamProtocol(
                 "the upstream stream ended before it finished".into(),
             ));
@@ -623,20 +659,11 @@ impl State {
             return self.close(Some((outcome(&first), first.kind())));
         }
         let mut out = BytesMut::new();
-        let raw = matches!(self.output, Output::Raw);
         match &mut self.output {
             Output::Encode(enc) => enc.error(&err, &mut out),
-            Output::Raw | Output::Reframe { .. } => {
-                // The raw bytes stopped inside an event: end its line, so the error is an
-                // event of its own.
-                if raw && self.mid_event {
-                    out.extend_from_slice(match self.dialect.framing() {
-                        Framing::Sse => b"\n\n",
-                        Framing::Ndjson => b"\n",
-                    });
-                }
-                self.dialect.write_stream_error(&err, &mut out);
-            }
+            // What went out ends with a whole event (`whole_events_only`); the start of one
+            // still arriving is not sent.
+            Output::Raw | Output::Reframe { .. } => self.dialect.write_stream_error(&err, &mut out),
         }
         self.emit(out.freeze(), 0);
         self.close(Some((outcome(&err), err.kind())));
@@ -659,6 +686,22 @@ impl State {
         }));
         self.finished = true;
     }
+}
+
+/// Where the last whole event in `bytes` ends (0 if none does): after the last blank line
+/// (SSE, CRLF or LF; `bytes` starts between events, so a blank first line counts) or the
+/// last line (NDJSON).
+fn event_boundary(framing: Framing, bytes: &[u8]) -> usize {
+    let mut end = bytes.len();
+    while let Some(nl) = memchr::memrchr(b'\n', &bytes[..end]) {
+        let before = &bytes[..nl];
+        let before = before.strip_suffix(b"\r").unwrap_or(before);
+        if framing == Framing::Ndjson || before.is_empty() || before.ends_with(b"\n") {
+            return nl + 1;
+        }
+        end = nl;
+    }
+    0
 }
 
 /// The outcome label of an error that ended a stream (as `respond::error` decides it).
@@ -823,6 +866,73 @@ mod tests {
         let c = Bytes::from(token("c"));
         st.chunk(c.clone(), false);
         assert_eq!(sent_one(&mut st).as_ptr(), c.as_ptr());
+    }
+
+    fn raw(dialect: Dialect) -> State {
+        let mut st = reframing(false);
+        st.dialect = dialect;
+        st.decoder = dialect.stream_decoder();
+        st.parser = FrameParser::new(dialect.framing());
+        st.output = Output::Raw;
+        st
+    }
+
+    #[tokio::test]
+    async fn raw_passthrough_sends_an_event_split_across_chunks_once_it_is_whole() {
+        let mut st = raw(Dialect::OpenaiCompletions);
+        let b = token("b");
+        let (head, tail) = b.split_at(20);
+        st.chunk(Bytes::from(token("a") + head), false);
+        assert_eq!(sent(&mut st).concat(), token("a").as_bytes());
+        st.chunk(Bytes::from(tail.to_string() + &token("c")[..9]), false);
+        assert_eq!(sent(&mut st).concat(), b.as_bytes());
+        st.chunk(Bytes::from(token("c")[9..].to_string()), false);
+        assert_eq!(sent(&mut st).concat(), token("c").as_bytes());
+    }
+
+    #[tokio::test]
+    async fn raw_passthrough_cut_mid_event_sends_no_half_event_before_its_error() {
+        for (dialect, first, cut) in [
+            (Dialect::OpenaiCompletions, token("a"), token("b")),
+            (
+                Dialect::OllamaGenerate,
+                "{\"model\":\"m\",\"response\":\"a\",\"done\":false}\n".to_string(),
+                "{\"model\":\"m\",\"response\":\"b\",\"done\":false}\n".to_string(),
+            ),
+        ] {
+            let mut st = raw(dialect);
+            st.chunk(Bytes::from(first.clone() + &cut[..12]), false);
+            st.fail(ProxyError::UpstreamClosed);
+            let sent = String::from_utf8(sent(&mut st).concat()).unwrap();
+            let error = sent.strip_prefix(&first).expect(&sent);
+            let mut out = BytesMut::new();
+            dialect.write_stream_error(&ProxyError::UpstreamClosed, &mut out);
+            assert_eq!(error.as_bytes(), &out[..], "{dialect:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn raw_passthrough_ended_mid_event_without_its_end_drops_the_half() {
+        let mut st = raw(Dialect::OpenaiCompletions);
+        let b = token("b");
+        st.chunk(Bytes::from(token("a") + &b[..20]), false);
+        st.chunk(Bytes::new(), true);
+        let sent = String::from_utf8(sent(&mut st).concat()).unwrap();
+        let error = sent.strip_prefix(&token("a")).expect(&sent);
+        assert!(error.starts_with("data: {\"error\""), "{sent}");
+    }
+
+    #[test]
+    fn an_event_boundary_is_after_the_last_blank_line() {
+        let sse = |b: &str| event_boundary(Framing::Sse, b.as_bytes());
+        assert_eq!(sse("data: a\n\ndata: b"), 9);
+        assert_eq!(sse("data: a\r\n\r\ndata: b\r\n"), 11);
+        assert_eq!(sse("data: a\n\nevent: x\ndata: b\n"), 9);
+        assert_eq!(sse("data: a\ndata: b\n"), 0);
+        assert_eq!(sse("\ndata: b"), 1);
+        assert_eq!(sse("data: a\n\n"), 9);
+        assert_eq!(event_boundary(Framing::Ndjson, b"{}\n{\"a\""), 3);
+        assert_eq!(event_boundary(Framing::Ndjson, b"{\"a\""), 0);
     }
 
     /// vLLM's completions event with `text` and `finish`, framed.

@@ -1,12 +1,14 @@
 //! lingo's own HTTP/1.1 upstream client under a server that frames its answers every way
 //! HTTP/1.1 allows and writes them in pieces cut at any byte. Property: a run of requests
 //! through one lingo, each answered (whole or streamed; by length, chunked in any sizes, or
-//! until the close; on a kept connection, or closed after with or without saying so) is
-//! passed through byte for byte, one record each, with the upstream's token count; an answer
-//! the server cuts short at any byte is a clear error in the client's dialect (a 502, or once
-//! a stream began, the events read whole, an error event and `[DONE]`), never a clean end;
-//! and each request reaches the upstream once (a kept connection the server closed is not
-//! sent the next request twice).
+//! until the close; on a kept connection, or closed after with or without saying so), comes
+//! to an OpenAI client byte for byte (but for the usage event lingo asked for on its own
+//! behalf, which a client that did not ask never sees) and to an SGLang client translated,
+//! its text and count whole; one record each, with the upstream's token count. An answer
+//! the server cuts short at any byte is a clear error in the client's dialect (a 502, or
+//! once a stream began, the events read whole, an error event and `[DONE]`), never a clean
+//! end; and each request reaches the upstream once (a kept connection the server closed is
+//! not sent the next request twice).
 //!
 //! The parsers are fuzzed apart from sockets (`fuzz/`, the `http1` target); this drives the
 //! pool and the connection: reads that end anywhere, a connection handed back or not, and a
@@ -55,7 +57,12 @@ enum After {
 
 #[derive(Debug, Clone)]
 struct Answer {
+    /// Asked for by an SGLang client's `/generate`, translated (else passed through).
+    translated: bool,
     stream: bool,
+    /// The client asks for the usage event (else lingo asks for it, reads it and leaves it
+    /// out: a re-framed stream, not a raw one).
+    asks_usage: bool,
     tokens: u32,
     framing: Framing,
     after: After,
@@ -64,8 +71,9 @@ struct Answer {
 }
 
 impl Answer {
-    /// What the client should get: the body, byte for byte.
-    fn body(&self) -> Vec<u8> {
+    /// The upstream's body: its JSON, or its stream's events, each with whether it is the
+    /// usage event.
+    fn parts(&self) -> Vec<(String, bool)> {
         let id = json!({"id": "cmpl-1", "object": "text_completion", "created": 1, "model": "m"});
         let usage = json!({"prompt_tokens": 3, "completion_tokens": self.tokens,
                            "total_tokens": 3 + self.tokens});
@@ -80,17 +88,35 @@ impl Answer {
         if !self.stream {
             let text: String = (0..self.tokens).map(|i| format!(" w{i}")).collect();
             let choices = choice(text, Some("length"));
-            return with(&[("choices", choices), ("usage", usage)]).into_bytes();
+            return vec![(with(&[("choices", choices), ("usage", usage)]), false)];
         }
-        let mut out = String::new();
+        let mut out = Vec::new();
         for i in 0..self.tokens {
             let finish = (i + 1 == self.tokens).then_some("length");
             let e = with(&[("choices", choice(format!(" w{i}"), finish))]);
-            out.push_str(&format!("data: {e}\n\n"));
+            out.push((format!("data: {e}\n\n"), false));
         }
         let e = with(&[("choices", json!([])), ("usage", usage)]);
-        out.push_str(&format!("data: {e}\n\ndata: [DONE]\n\n"));
-        out.into_bytes()
+        out.push((format!("data: {e}\n\n"), true));
+        out.push(("data: [DONE]\n\n".to_string(), false));
+        out
+    }
+
+    fn body(&self) -> Vec<u8> {
+        self.parts()
+            .into_iter()
+            .map(|(p, _)| p)
+            .collect::<String>()
+            .into_bytes()
+    }
+
+    /// What the client should get, byte for byte: the upstream's body, less the usage event
+    /// lingo asked for on its own behalf.
+    fn client_body(&self) -> Vec<u8> {
+        let asked = !self.stream || self.asks_usage;
+        let parts = self.parts().into_iter();
+        let kept = parts.filter(|(_, usage)| asked || !usage);
+        kept.map(|(p, _)| p).collect::<String>().into_bytes()
     }
 
     /// The whole answer on the wire, and where its head ends.
@@ -175,27 +201,31 @@ fn answer() -> impl Strategy<Value = Answer> {
         2 => any::<prop::sample::Index>().prop_map(After::Cut),
     ];
     (
-        any::<bool>(),
+        (any::<bool>(), any::<bool>(), any::<bool>()),
         1u32..6,
         framing,
         after,
         prop::collection::vec(any::<prop::sample::Index>(), 0..8),
     )
-        .prop_map(|(stream, tokens, framing, after, cuts)| {
-            // A body that ends at the close cannot be told from one cut short: that is
-            // HTTP/1.1's, not lingo's, so those answers are not cut.
-            let after = match (&framing, after) {
-                (Framing::Close, After::Cut(_)) => After::CloseSaying,
-                (_, a) => a,
-            };
-            Answer {
-                stream,
-                tokens,
-                framing,
-                after,
-                cuts,
-            }
-        })
+        .prop_map(
+            |((translated, stream, asks_usage), tokens, framing, after, cuts)| {
+                // A body that ends at the close cannot be told from one cut short: that is
+                // HTTP/1.1's, not lingo's, so those answers are not cut.
+                let after = match (&framing, after) {
+                    (Framing::Close, After::Cut(_)) => After::CloseSaying,
+                    (_, a) => a,
+                };
+                Answer {
+                    translated,
+                    stream,
+                    asks_usage,
+                    tokens,
+                    framing,
+                    after,
+                    cuts,
+                }
+            },
+        )
 }
 
 /// A raw upstream that answers each POST with the next planned answer, counting them.
@@ -325,6 +355,8 @@ fn servers() -> &'static Servers {
             // row would take the only endpoint out; the engine-load poll is only refused.
             config.health.unhealthy_after = u32::MAX;
             config.load.enabled = false;
+            // SGLang's `/generate` names no model; the fake lists none.
+            config.upstream.model = Some("m".into());
             let base = common::lingo(config).await;
             (up, base)
         });
@@ -341,11 +373,11 @@ async fn metrics(base: &str) -> (f64, f64) {
     )
 }
 
-/// The client's request for `a`: it asks for usage on a stream, so lingo changes nothing.
+/// The client's request for `a`.
 fn request(a: &Answer) -> Value {
     let mut r =
         json!({"model": "m", "prompt": "a b c", "max_tokens": a.tokens, "stream": a.stream});
-    if a.stream {
+    if a.stream && a.asks_usage {
         r["stream_options"] = json!({"include_usage": true});
     }
     r
@@ -353,6 +385,67 @@ fn request(a: &Answer) -> Value {
 
 /// One answer as the client sees it; an `Err` says what is wrong with it.
 async fn check_one(base: &str, a: &Answer) -> Result<(), String> {
+    match a.translated {
+        true => check_translated(base, a).await,
+        false => check_passed(base, a).await,
+    }
+}
+
+/// Through SGLang's `/generate`: the upstream's text and count in SGLang's answer, or, cut
+/// short, an error in SGLang's shape (in the stream once it began).
+async fn check_translated(base: &str, a: &Answer) -> Result<(), String> {
+    let ask = json!({"text": "a b c", "sampling_params": {"max_new_tokens": a.tokens},
+                     "stream": a.stream});
+    let r = common::post_json(&format!("{base}/generate"), &ask).await;
+    let status = r.status().as_u16();
+    let text = r.text().await.map_err(|e| format!("the body broke: {e}"))?;
+    let full: String = (0..a.tokens).map(|i| format!(" w{i}")).collect();
+    if !a.cut() {
+        if status != 200 {
+            return Err(format!("{status} {text}"));
+        }
+        // The reader checks the dialect's shape (and panics, failing the case, where broken).
+        let seen = common::readers::sglang_read(&text, a.stream);
+        if seen.text != full || seen.tokens != u64::from(a.tokens) {
+            return Err(format!("{seen:?}, not {full:?} in {} tokens", a.tokens));
+        }
+        return Ok(());
+    }
+    if status != 200 || !a.stream {
+        return whole_error(status, text.as_bytes());
+    }
+    let events = common::sse_events(&text);
+    let n = events.len();
+    let ends =
+        n >= 2 && events[n - 1] == json!("[DONE]") && events[n - 2]["error"]["message"].is_string();
+    let texts = events[..n.saturating_sub(2)]
+        .iter()
+        .map(|e| e["text"].as_str());
+    if !ends
+        || !texts
+            .clone()
+            .all(|t| t.is_some_and(|t| full.starts_with(t)))
+    {
+        return Err(format!(
+            "not the stream's start, its error and [DONE]: {text:?}"
+        ));
+    }
+    Ok(())
+}
+
+/// A whole answer that failed: a 502 with an error in OpenAI's (and SGLang's) shape.
+fn whole_error(status: u16, body: &[u8]) -> Result<(), String> {
+    let text = String::from_utf8_lossy(body);
+    let v: Value = serde_json::from_slice(body).map_err(|e| format!("{status} {e}: {text}"))?;
+    match status == 502 && v["error"]["message"].is_string() {
+        true => Ok(()),
+        false => Err(format!("{status} {text}")),
+    }
+}
+
+/// Passed through: the upstream's bytes, or, cut short, its whole events, an error event and
+/// `[DONE]`.
+async fn check_passed(base: &str, a: &Answer) -> Result<(), String> {
     let r = common::post_json(&format!("{base}/v1/completions"), &request(a)).await;
     let status = r.status().as_u16();
     let body = r
@@ -361,7 +454,7 @@ async fn check_one(base: &str, a: &Answer) -> Result<(), String> {
         .map_err(|e| format!("the body broke: {e}"))?;
     let text = String::from_utf8_lossy(&body);
     let (wire, head_len) = a.wire();
-    let want = a.body();
+    let want = a.client_body();
     if !a.cut() {
         if status != 200 || body[..] != want[..] {
             return Err(format!(
@@ -372,13 +465,8 @@ async fn check_one(base: &str, a: &Answer) -> Result<(), String> {
         return Ok(());
     }
     if !a.stream || wire.len() < head_len {
-        // Nothing sent yet: an error in OpenAI's shape.
-        let v: Value =
-            serde_json::from_slice(&body).map_err(|e| format!("{status} {e}: {text}"))?;
-        if status != 502 || v["error"]["message"].as_str().is_none() {
-            return Err(format!("{status} {text}"));
-        }
-        return Ok(());
+        // Nothing sent yet.
+        return whole_error(status, &body);
     }
     // A stream cut short: the events read whole, passed through, then an error and [DONE].
     let end = b"data: [DONE]\n\n";

@@ -16,15 +16,16 @@ mod common;
 
 use std::net::SocketAddr;
 use std::ops::RangeInclusive;
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::OnceLock;
 use std::time::Duration;
 
+use common::cases::{self, chunked, fill, head_end, one_at_a_time, pieces};
 use common::{sum, Mock};
 use lingo::mock::MockKind;
 use lingo::upstream::KindSetting;
 use proptest::prelude::*;
 use serde_json::Value;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::{OwnedReadHalf as Reader, OwnedWriteHalf as Writer};
 use tokio::net::TcpStream;
 
@@ -100,19 +101,9 @@ impl Ask {
             }
             Sent::Chunked(sizes) => {
                 w.push_str("Transfer-Encoding: chunked\r\n\r\n");
-                let mut rest = body.as_str();
-                for &n in sizes {
-                    let n = n.min(rest.len());
-                    if n == 0 {
-                        break;
-                    }
-                    w.push_str(&format!("{n:x}\r\n{}\r\n", &rest[..n]));
-                    rest = &rest[n..];
-                }
-                if !rest.is_empty() {
-                    w.push_str(&format!("{:x}\r\n{rest}\r\n", rest.len()));
-                }
-                w.push_str("0\r\n\r\n");
+                let mut w = w.into_bytes();
+                chunked(&mut w, body.as_bytes(), sizes);
+                return w;
             }
         }
         w.into_bytes()
@@ -187,25 +178,6 @@ fn case(leaving: bool) -> impl Strategy<Value = Case> {
         .prop_map(|(asks, cuts, leave)| Case { asks, cuts, leave })
 }
 
-/// The client's bytes, cut into the writes the case asks for.
-fn pieces(wire: &[u8], cuts: &[prop::sample::Index]) -> Vec<Vec<u8>> {
-    if wire.is_empty() {
-        return Vec::new();
-    }
-    let mut at: Vec<usize> = cuts.iter().map(|c| c.index(wire.len())).collect();
-    at.push(wire.len());
-    at.sort_unstable();
-    let mut from = 0;
-    let mut out = Vec::new();
-    for to in at {
-        if to > from {
-            out.push(wire[from..to].to_vec());
-            from = to;
-        }
-    }
-    out
-}
-
 /// One mock and one lingo, on a runtime that outlives each case.
 struct Servers {
     rt: tokio::runtime::Runtime,
@@ -216,11 +188,7 @@ struct Servers {
 fn servers() -> &'static Servers {
     static SERVERS: OnceLock<Servers> = OnceLock::new();
     SERVERS.get_or_init(|| {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
+        let rt = cases::runtime();
         let (mock, addr) = rt.block_on(async {
             let mock = common::mock(MockKind::Vllm).await;
             let config = common::config_for(&mock.url(), KindSetting::Vllm);
@@ -231,23 +199,11 @@ fn servers() -> &'static Servers {
     })
 }
 
-/// Cases read the shared servers' metrics before and after, so they take turns across the
-/// tests too.
-fn one_at_a_time() -> MutexGuard<'static, ()> {
-    static TURN: Mutex<()> = Mutex::new(());
-    TURN.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 /// One response off `s`, 1xx heads skipped: its status and its body, de-chunked. `None` if
 /// the connection ended first.
 async fn response(s: &mut Reader, buf: &mut Vec<u8>) -> Option<(u16, Vec<u8>)> {
     loop {
-        let end = loop {
-            if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                break i + 4;
-            }
-            fill(s, buf).await?;
-        };
+        let end = head_end(s, buf).await?;
         let head = String::from_utf8(buf.drain(..end).collect())
             .unwrap()
             .to_ascii_lowercase();
@@ -289,17 +245,6 @@ async fn dechunk(s: &mut Reader, buf: &mut Vec<u8>) -> Option<Vec<u8>> {
         buf.drain(..line + 2 + size + 2);
         if size == 0 {
             return Some(body);
-        }
-    }
-}
-
-async fn fill(s: &mut Reader, buf: &mut Vec<u8>) -> Option<()> {
-    let mut chunk = [0u8; 4096];
-    match s.read(&mut chunk).await {
-        Ok(0) | Err(_) => None,
-        Ok(n) => {
-            buf.extend_from_slice(&chunk[..n]);
-            Some(())
         }
     }
 }
@@ -419,8 +364,7 @@ async fn check(case: &Case, mock: &Mock, addr: SocketAddr) -> Result<(), TestCas
 /// The whole conversation, every answer read; how many records it must leave.
 async fn stay(case: &Case, addr: SocketAddr) -> Result<RangeInclusive<usize>, TestCaseError> {
     let wire: Vec<u8> = case.asks.iter().flat_map(Ask::wire).collect();
-    let cut = pieces(&wire, &case.cuts);
-    let all: Vec<&[u8]> = cut.iter().map(Vec::as_slice).collect();
+    let all = pieces(&wire, &case.cuts);
     let (mut r, mut w) = connect(addr).await;
     let mut buf = Vec::new();
     exchange(&mut r, &mut w, &mut buf, &all, &case.asks).await?;
@@ -439,8 +383,7 @@ async fn leave_at(
 ) -> Result<RangeInclusive<usize>, TestCaseError> {
     let wire: Vec<u8> = case.asks.iter().flat_map(Ask::wire).collect();
     let at = leave.index(wire.len() + 1);
-    let cut = pieces(&wire[..at], &case.cuts);
-    let upto: Vec<&[u8]> = cut.iter().map(Vec::as_slice).collect();
+    let upto = pieces(&wire[..at], &case.cuts);
     let mut sent_whole = 0;
     let mut heads = 0;
     let mut from = 0;

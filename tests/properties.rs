@@ -242,11 +242,7 @@ struct Servers {
 fn servers() -> &'static Servers {
     static SERVERS: OnceLock<Servers> = OnceLock::new();
     SERVERS.get_or_init(|| {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
+        let rt = common::cases::runtime();
         let by_kind = rt.block_on(every_kind_behind_lingo());
         Servers { rt, by_kind }
     })

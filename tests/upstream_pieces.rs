@@ -20,14 +20,15 @@ mod common;
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
+use common::cases::{self, chunked, fill, head_end, one_at_a_time, pieces};
 use common::sum;
 use lingo::upstream::KindSetting;
 use proptest::prelude::*;
 use serde_json::{json, Value};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 
 /// What a request waits at most for its answer.
@@ -168,26 +169,6 @@ impl Answer {
     }
 }
 
-fn chunked(w: &mut Vec<u8>, body: &[u8], sizes: &[usize]) {
-    let mut rest = body;
-    for &n in sizes {
-        let n = n.min(rest.len());
-        if n == 0 {
-            break;
-        }
-        w.extend_from_slice(format!("{n:x}\r\n").as_bytes());
-        w.extend_from_slice(&rest[..n]);
-        w.extend_from_slice(b"\r\n");
-        rest = &rest[n..];
-    }
-    if !rest.is_empty() {
-        w.extend_from_slice(format!("{:x}\r\n", rest.len()).as_bytes());
-        w.extend_from_slice(rest);
-        w.extend_from_slice(b"\r\n");
-    }
-    w.extend_from_slice(b"0\r\n\r\n");
-}
-
 fn answer() -> impl Strategy<Value = Answer> {
     let framing = prop_oneof![
         2 => Just(Framing::Length),
@@ -285,12 +266,7 @@ async fn serve(mut s: TcpStream, plan: Arc<Mutex<VecDeque<Answer>>>, posts: Arc<
 
 /// Read one request (head, and a body by its length) off `s`; whether it was a POST.
 async fn read_request(s: &mut TcpStream, buf: &mut Vec<u8>) -> Option<bool> {
-    let end = loop {
-        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break i + 4;
-        }
-        fill(s, buf).await?;
-    };
+    let end = head_end(s, buf).await?;
     let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
     let len: usize = head
         .lines()
@@ -303,36 +279,6 @@ async fn read_request(s: &mut TcpStream, buf: &mut Vec<u8>) -> Option<bool> {
     Some(head.starts_with("post "))
 }
 
-async fn fill(s: &mut TcpStream, buf: &mut Vec<u8>) -> Option<()> {
-    let mut chunk = [0u8; 4096];
-    match s.read(&mut chunk).await {
-        Ok(0) | Err(_) => None,
-        Ok(n) => {
-            buf.extend_from_slice(&chunk[..n]);
-            Some(())
-        }
-    }
-}
-
-/// `wire` cut at the given points.
-fn pieces<'a>(wire: &'a [u8], cuts: &[prop::sample::Index]) -> Vec<&'a [u8]> {
-    if wire.is_empty() {
-        return Vec::new();
-    }
-    let mut at: Vec<usize> = cuts.iter().map(|c| c.index(wire.len())).collect();
-    at.push(wire.len());
-    at.sort_unstable();
-    let mut from = 0;
-    let mut out = Vec::new();
-    for to in at {
-        if to > from {
-            out.push(&wire[from..to]);
-            from = to;
-        }
-    }
-    out
-}
-
 /// One upstream and one lingo, on a runtime that outlives each case.
 struct Servers {
     rt: tokio::runtime::Runtime,
@@ -343,11 +289,7 @@ struct Servers {
 fn servers() -> &'static Servers {
     static SERVERS: OnceLock<Servers> = OnceLock::new();
     SERVERS.get_or_init(|| {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
+        let rt = cases::runtime();
         let (up, base) = rt.block_on(async {
             let up = upstream().await;
             let mut config = common::config_for(&up.url, KindSetting::Vllm);
@@ -527,12 +469,6 @@ async fn check(answers: &[Answer], s: &Servers) -> Result<(), TestCaseError> {
         "{counted} tokens counted, {whole} to {all} expected"
     );
     Ok(())
-}
-
-/// Cases share one upstream's plan and lingo's metrics, so they take turns.
-fn one_at_a_time() -> MutexGuard<'static, ()> {
-    static TURN: Mutex<()> = Mutex::new(());
-    TURN.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 proptest! {

@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used)] // a panic in a test is a failed test
 #![allow(dead_code)]
 
+pub mod cases;
 pub mod dns;
 pub mod readers;
 

@@ -116,7 +116,9 @@ fn ctx(b: u8) -> Ctx {
 /// dialect byte, context byte, split count `k` (mod 16), `k` piece lengths, then the body.
 /// Invariants: the frames do not depend on where the body was split; the fast event reader,
 /// each event after the one before, reads as serde does wherever it answers; decoding,
-/// counting and re-encoding them for the client never panics.
+/// counting and re-encoding them for the client never panics; and the streaming pipeline,
+/// in each of its outputs, sends the same events and counts wherever the body was split
+/// (raw passthrough the same bytes: the upstream's, when the stream ends well).
 pub fn stream(data: &[u8]) {
     let (up, data) = head(data);
     let (client, data) = head(data);
@@ -141,6 +143,7 @@ pub fn stream(data: &[u8]) {
     crate::dialect::openai::fast_readers_agree(&texts);
     crate::dialect::openai::stream_fast_paths_agree(&whole);
     decode_stream(upstream, dialect(client), ctx(flags), &whole);
+    crate::stream::pipeline::splits_agree(upstream, dialect(client), || ctx(flags), &pieces);
 }
 
 /// Cut `body` into pieces of the given lengths (zero-length pieces included), the rest last.

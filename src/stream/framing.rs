@@ -154,9 +154,10 @@ impl FrameParser {
         (ends && plain).then_some(SSE_DATA.len() + len)
     }
 
-    /// Between events: nothing of one is held (no line, no data, no `event:` name).
+    /// Between events: nothing of one is held (no line, no data, no `event:` name). An empty
+    /// `data:` line is data still: the event it begins is dispatched at its blank line.
     pub fn between_events(&self) -> bool {
-        self.pending() == 0 && self.event.is_none()
+        self.buf.is_empty() && matches!(self.data, Data::None) && self.event.is_none()
     }
 
     /// The bytes of the event being read: its data so far and its unfinished line.
@@ -285,10 +286,38 @@ pub fn write_sse_event(out: &mut BytesMut, event: &str, data: &[u8]) {
     write_sse(out, data);
 }
 
-/// Write one newline-delimited JSON document.
+/// Write an upstream's SSE event again: its name, if it had one, and a `data:` line for
+/// each line of its data (the parser joined them with `\n`; written as one line, the
+/// client would read the second as a field of its own and the data as the first alone).
+pub fn write_sse_frame(out: &mut BytesMut, event: Option<&str>, data: &[u8]) {
+    if let Some(name) = event {
+        out.extend_from_slice(b"event: ");
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(b"\n");
+    }
+    if memchr::memchr(b'\n', data).is_none() && data.last() != Some(&b'\r') {
+        return write_sse(out, data);
+    }
+    for line in data.split(|b| *b == b'\n') {
+        out.extend_from_slice(b"data: ");
+        out.extend_from_slice(line);
+        // A reader takes one CR off a line's end: a line that ends in one keeps it so.
+        match line.last() {
+            Some(b'\r') => out.extend_from_slice(b"\r\n"),
+            _ => out.extend_from_slice(b"\n"),
+        }
+    }
+    out.extend_from_slice(b"\n");
+}
+
+/// Write one newline-delimited JSON document (a line ending in CR keeps it: a reader takes
+/// one off).
 pub fn write_ndjson(out: &mut BytesMut, data: &[u8]) {
     out.extend_from_slice(data);
-    out.extend_from_slice(b"\n");
+    match data.last() {
+        Some(b'\r') => out.extend_from_slice(b"\r\n"),
+        _ => out.extend_from_slice(b"\n"),
+    }
 }
 
 #[cfg(test)]
@@ -418,5 +447,50 @@ mod tests {
             let cut = rng.random_range(0..=bytes.len());
             assert_eq!(feed(&[&bytes[..cut], &bytes[cut..]]), by_byte, "{text:?}");
         }
+    }
+
+    /// Every frame `bytes` holds, name and data, read whole.
+    fn parsed(framing: Framing, bytes: &[u8]) -> Vec<(Option<String>, Vec<u8>)> {
+        let mut p = FrameParser::new(framing);
+        let mut out = Vec::new();
+        p.feed(bytes, &mut out);
+        p.finish(&mut out);
+        out.into_iter()
+            .map(|f| (f.event, f.data.to_vec()))
+            .collect()
+    }
+
+    #[test]
+    fn an_empty_data_line_begins_an_event() {
+        let mut p = FrameParser::new(Framing::Sse);
+        let mut out = Vec::new();
+        p.feed(b"data:\n", &mut out);
+        assert!(!p.between_events());
+        p.feed(b"\n", &mut out);
+        assert!(p.between_events());
+        assert_eq!(out.len(), 1);
+    }
+
+    #[test]
+    fn frames_written_again_read_as_they_came() {
+        let sse = [
+            &b"event: error\ndata: {}\n\n"[..],
+            b"data: a\ndata: b\n\n",
+            b"data: a\r\r\ndata: b\r\r\n\n",
+            b"data: x\r\r\n\n",
+            b"data:\n\n",
+        ];
+        for bytes in sse {
+            let frames = parsed(Framing::Sse, bytes);
+            let mut out = BytesMut::new();
+            for (event, data) in &frames {
+                write_sse_frame(&mut out, event.as_deref(), data);
+            }
+            assert_eq!(parsed(Framing::Sse, &out), frames, "{bytes:?} -> {out:?}");
+        }
+        let frames = parsed(Framing::Ndjson, b"{}\r\r\n{\"a\":1}\n");
+        let mut out = BytesMut::new();
+        frames.iter().for_each(|(_, d)| write_ndjson(&mut out, d));
+        assert_eq!(parsed(Framing::Ndjson, &out), frames);
     }
 }

@@ -16,7 +16,7 @@ use futures_util::{FutureExt, Stream};
 use http_body::Body as _;
 use http_body_util::BodyExt;
 
-use super::framing::{write_ndjson, write_sse, Frame, FrameParser, Framing, SSE_DATA};
+use super::framing::{write_ndjson, write_sse_frame, Frame, FrameParser, Framing, SSE_DATA};
 use super::timers::Timers;
 use crate::blocks;
 use crate::dialect::{Dialect, StreamDecoder, StreamEncoder};
@@ -401,7 +401,7 @@ impl State {
                     let framing = self.dialect.framing();
                     frames[..i]
                         .iter()
-                        .for_each(|f| reframe(framing, &f.data, &mut out));
+                        .for_each(|f| reframe(framing, f, &f.data, &mut out));
                     verbatim = false;
                 }
                 Ok(_) => {}
@@ -605,7 +605,7 @@ impl State {
                     Some(a) => std::borrow::Cow::Owned(rewrite_model(&frame.data, a)),
                     None => std::borrow::Cow::Borrowed(&frame.data[..]),
                 };
-                reframe(self.dialect.framing(), &data, out);
+                reframe(self.dialect.framing(), frame, &data, out);
             }
         }
         Written::Out
@@ -688,15 +688,141 @@ impl State {
     }
 }
 
+/// Fuzzing: an upstream stream body, whole and in `pieces`, through the pipeline with each
+/// output: raw, re-framed (with and without an alias and the usage lingo asked for) and
+/// translated for `client`. Each must send the client the same events and account the same
+/// counts, finish and error wherever the body was split; raw passthrough that ends well,
+/// the upstream's own bytes.
+pub(crate) fn splits_agree(
+    upstream: Dialect,
+    client: Dialect,
+    ctx: impl Fn() -> crate::dialect::Ctx,
+    pieces: &[&[u8]],
+) {
+    let body: Vec<u8> = pieces.concat();
+    let outputs = || {
+        let encode = Output::Encode(Box::new(client.stream_encoder(ctx())));
+        let reframe = |alias: Option<&str>, strip_usage| Output::Reframe {
+            alias: alias.map(str::to_string),
+            strip_usage,
+        };
+        [
+            Output::Raw,
+            reframe(None, true),
+            reframe(Some("alias"), false),
+            encode,
+        ]
+    };
+    for (whole_out, split_out) in outputs().into_iter().zip(outputs()) {
+        let raw = matches!(whole_out, Output::Raw);
+        let encoded = matches!(whole_out, Output::Encode(_));
+        let framing = match &whole_out {
+            Output::Encode(_) => client.framing(),
+            _ => upstream.framing(),
+        };
+        let whole = drive(upstream, whole_out, &[&body]);
+        let split = drive(upstream, split_out, pieces);
+        assert_eq!(whole.1, split.1, "the summary depends on the split");
+        // Raw, a stream that ends well is the upstream's bytes; one that fails sends the
+        // same events however it was split (lines that make no event may differ).
+        if raw && whole.1 .3.is_none() {
+            assert_eq!(
+                whole.0, body,
+                "a raw stream that ended well is not the upstream's"
+            );
+            assert_eq!(
+                split.0, body,
+                "a raw stream that ended well is not the upstream's"
+            );
+        }
+        let frames = |b: &[u8]| {
+            let mut parser = FrameParser::new(framing);
+            let mut out = Vec::new();
+            parser.feed(b, &mut out);
+            parser.finish(&mut out);
+            out
+        };
+        let (whole, split) = (frames(&whole.0), frames(&split.0));
+        if encoded {
+            // Encoders write times (llama.cpp's timings, Ollama's durations): what the
+            // client reads of the events is compared.
+            let same = read(client, &whole) == read(client, &split);
+            assert!(same, "what the client reads depends on the split");
+        } else {
+            let named = |f: &[Frame]| {
+                let named = f.iter().map(|f| (f.event.clone(), f.data.clone()));
+                named.collect::<Vec<_>>()
+            };
+            assert_eq!(named(&whole), named(&split), "events depend on the split");
+        }
+    }
+}
+
+/// What a client of `dialect` reads of `frames`: their events, up to an event it cannot
+/// read, and that event's error.
+fn read(dialect: Dialect, frames: &[Frame]) -> (Vec<Event>, Option<String>) {
+    let mut decoder = dialect.stream_decoder();
+    let mut events = Vec::new();
+    for f in frames {
+        if let Err(e) = decoder.frame(f, &mut events) {
+            return (events, Some(e.to_string()));
+        }
+    }
+    (events, None)
+}
+
+/// What `drive` reports of a stream's end: tokens, finish, decode errors, error kind.
+type Ended = (u64, u64, Option<&'static str>, Option<&'static str>, u32);
+
+/// Every piece through a pipeline state with `output`, then the end: the client's bytes,
+/// and the end's summary.
+fn drive(upstream: Dialect, output: Output, pieces: &[&[u8]]) -> (Vec<u8>, Ended) {
+    let timers = Timers::start(
+        &crate::config::Timeouts::default(),
+        std::time::Instant::now(),
+        &crate::proxy::drain::Drain::default(),
+        true,
+    );
+    let parser = FrameParser::new(upstream.framing());
+    let mut st = State::new(None, upstream, parser, timers, output);
+    let mut sent = Vec::new();
+    let mut end = None;
+    let last = pieces.len();
+    for (i, piece) in pieces.iter().enumerate() {
+        if !st.finished {
+            st.chunk(Bytes::copy_from_slice(piece), false);
+        }
+        if i + 1 == last && !st.finished {
+            st.chunk(Bytes::new(), true);
+        }
+        for e in st.queue.drain(..) {
+            match e {
+                Emit::Data { bytes, .. } => sent.extend_from_slice(&bytes),
+                Emit::End(s) => {
+                    end = Some((
+                        s.prompt_tokens,
+                        s.completion_tokens,
+                        s.finish,
+                        s.error.map(|(_, kind)| kind),
+                        s.decode_errors,
+                    ))
+                }
+            }
+        }
+    }
+    (sent, end.unwrap_or_default())
+}
+
 /// Where the last whole event in `bytes` ends (0 if none does): after the last blank line
-/// (SSE, CRLF or LF; `bytes` starts between events, so a blank first line counts) or the
-/// last line (NDJSON).
+/// (SSE) or the last line (NDJSON). Lines end where the frame parser ends them, at LF or
+/// NUL, less a CR before; `bytes` starts between events, so a blank first line counts.
 fn event_boundary(framing: Framing, bytes: &[u8]) -> usize {
+    let ends = |b: &u8| *b == b'\n' || *b == 0;
     let mut end = bytes.len();
-    while let Some(nl) = memchr::memrchr(b'\n', &bytes[..end]) {
+    while let Some(nl) = memchr::memrchr2(b'\n', 0, &bytes[..end]) {
         let before = &bytes[..nl];
         let before = before.strip_suffix(b"\r").unwrap_or(before);
-        if framing == Framing::Ndjson || before.is_empty() || before.ends_with(b"\n") {
+        if framing == Framing::Ndjson || before.last().is_none_or(ends) {
             return nl + 1;
         }
         end = nl;
@@ -724,9 +850,12 @@ enum Written {
 }
 
 /// One event's payload, framed again.
-fn reframe(framing: Framing, data: &[u8], out: &mut BytesMut) {
+/// `frame` framed again with `data` (its own, or with the model renamed), its event name
+/// and its lines kept: an SSE client may dispatch on the name (`event: error`, Anthropic's
+/// event types).
+fn reframe(framing: Framing, frame: &Frame, data: &[u8], out: &mut BytesMut) {
     match framing {
-        Framing::Sse => write_sse(out, data),
+        Framing::Sse => write_sse_frame(out, frame.event.as_deref(), data),
         Framing::Ndjson => write_ndjson(out, data),
     }
 }
@@ -920,6 +1049,33 @@ mod tests {
         let sent = String::from_utf8(sent(&mut st).concat()).unwrap();
         let error = sent.strip_prefix(&token("a")).expect(&sent);
         assert!(error.starts_with("data: {\"error\""), "{sent}");
+    }
+
+    #[tokio::test]
+    async fn a_stream_framed_again_keeps_event_names_and_lines() {
+        let mut st = reframing(true);
+        let odd = "event: note\ndata: a\ndata: b\n\n";
+        st.chunk(Bytes::from(token("a") + &USAGE[..30]), false);
+        st.chunk(Bytes::from(USAGE[30..].to_string() + odd), false);
+        let sent = String::from_utf8(sent(&mut st).concat()).unwrap();
+        let a = token("a").replacen("data:", "data: ", 1);
+        assert_eq!(sent, a + odd);
+    }
+
+    #[tokio::test]
+    async fn a_stream_ended_inside_an_event_is_framed_whole_before_its_error() {
+        let mut st = reframing(false);
+        // The body ends after a `data:` line (empty), before the blank line that ends it.
+        st.chunk(Bytes::from(token("a") + "data:\n"), false);
+        st.chunk(Bytes::new(), true);
+        let sent = sent(&mut st).concat();
+        let mut frames = Vec::new();
+        let mut parser = FrameParser::new(Framing::Sse);
+        parser.feed(&sent, &mut frames);
+        let data: Vec<&[u8]> = frames.iter().map(|f| &f.data[..]).collect();
+        assert_eq!(data.len(), 4, "{:?}", String::from_utf8_lossy(&sent));
+        assert_eq!((data[1], data[3]), (&b""[..], &b"[DONE]"[..]));
+        assert!(data[2].starts_with(b"{\"error\""));
     }
 
     #[test]

@@ -291,23 +291,26 @@ pub fn write_sse_event(out: &mut BytesMut, event: &str, data: &[u8]) {
 /// client would read the second as a field of its own and the data as the first alone).
 pub fn write_sse_frame(out: &mut BytesMut, event: Option<&str>, data: &[u8]) {
     if let Some(name) = event {
-        out.extend_from_slice(b"event: ");
-        out.extend_from_slice(name.as_bytes());
-        out.extend_from_slice(b"\n");
+        sse_line(out, b"event: ", name.as_bytes());
     }
     if memchr::memchr(b'\n', data).is_none() && data.last() != Some(&b'\r') {
         return write_sse(out, data);
     }
     for line in data.split(|b| *b == b'\n') {
-        out.extend_from_slice(b"data: ");
-        out.extend_from_slice(line);
-        // A reader takes one CR off a line's end: a line that ends in one keeps it so.
-        match line.last() {
-            Some(b'\r') => out.extend_from_slice(b"\r\n"),
-            _ => out.extend_from_slice(b"\n"),
-        }
+        sse_line(out, b"data: ", line);
     }
     out.extend_from_slice(b"\n");
+}
+
+/// One field line. A reader takes one CR off a line's end: a value that ends in one keeps
+/// it so.
+fn sse_line(out: &mut BytesMut, field: &[u8], value: &[u8]) {
+    out.extend_from_slice(field);
+    out.extend_from_slice(value);
+    match value.last() {
+        Some(b'\r') => out.extend_from_slice(b"\r\n"),
+        _ => out.extend_from_slice(b"\n"),
+    }
 }
 
 /// Write one newline-delimited JSON document (a line ending in CR keeps it: a reader takes
@@ -475,6 +478,7 @@ mod tests {
     fn frames_written_again_read_as_they_came() {
         let sse = [
             &b"event: error\ndata: {}\n\n"[..],
+            b"event: e\r\r\ndata: {}\n\n",
             b"data: a\ndata: b\n\n",
             b"data: a\r\r\ndata: b\r\r\n\n",
             b"data: x\r\r\n\n",

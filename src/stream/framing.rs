@@ -154,6 +154,11 @@ impl FrameParser {
         (ends && plain).then_some(SSE_DATA.len() + len)
     }
 
+    /// The most bytes one event may hold here.
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
     /// Between events: nothing of one is held (no line, no data, no `event:` name). An empty
     /// `data:` line is data still: the event it begins is dispatched at its blank line.
     pub fn between_events(&self) -> bool {

@@ -341,7 +341,14 @@ impl State {
         if !failing && (eof || self.parser.between_events()) {
             return bytes;
         }
-        let rest = bytes.split_off(event_boundary(self.dialect.framing(), &bytes));
+        let at = event_boundary(self.dialect.framing(), &bytes);
+        // Held no longer than an event may be: lines that are no event (comments, unknown
+        // fields) do not count toward the parser's limit, and an upstream may send them
+        // without end.
+        if !failing && bytes.len() - at > self.parser.limit() {
+            return bytes;
+        }
+        let rest = bytes.split_off(at);
         if !failing {
             // Copied: a slice would keep the whole read buffer it came in.
             self.partial.extend_from_slice(&rest);
@@ -1038,6 +1045,24 @@ mod tests {
             dialect.write_stream_error(&ProxyError::UpstreamClosed, &mut out);
             assert_eq!(error.as_bytes(), &out[..], "{dialect:?}");
         }
+    }
+
+    #[tokio::test]
+    async fn raw_passthrough_holds_no_more_than_an_event_may_take() {
+        let mut st = raw(Dialect::OpenaiCompletions);
+        st.parser = FrameParser::new(Framing::Sse).with_limit(64);
+        // A data line, then comment lines without end: no blank line ever comes.
+        st.chunk(Bytes::from("data: {}\n"), false);
+        assert!(sent(&mut st).is_empty(), "the start of an event waits");
+        let comments = Bytes::from(": keep-alive\n".repeat(8));
+        st.chunk(comments.clone(), false);
+        let sent = sent(&mut st).concat();
+        assert_eq!(
+            sent.len(),
+            "data: {}\n".len() + comments.len(),
+            "past the limit, sent"
+        );
+        assert!(st.partial.is_empty());
     }
 
     #[tokio::test]

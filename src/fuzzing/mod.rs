@@ -15,7 +15,7 @@ use bytes::BytesMut;
 use crate::dialect::{generate_dialect, openai::Flavor, Ctx, Dialect};
 use crate::model::{Event, Prompt, Request, Tally};
 use crate::stream::framing::{is_done_marker, Frame, FrameParser, Framing};
-use crate::stream::pipeline::rewrite_model;
+use crate::stream::pipeline::{self, rewrite_model, Output};
 
 pub use http1::http1;
 
@@ -143,7 +143,82 @@ pub fn stream(data: &[u8]) {
     crate::dialect::openai::fast_readers_agree(&texts);
     crate::dialect::openai::stream_fast_paths_agree(&whole);
     decode_stream(upstream, dialect(client), ctx(flags), &whole);
-    crate::stream::pipeline::splits_agree(upstream, dialect(client), || ctx(flags), &pieces);
+    pipeline_splits_agree(upstream, dialect(client), || ctx(flags), &pieces);
+}
+
+/// The streaming pipeline fed the body whole and in `pieces`, with each output: raw,
+/// re-framed (with and without an alias and the usage lingo asked for) and translated for
+/// `client`. Each must end alike and send the client the same events (translated: what the
+/// client's decoder reads of them, as encoders write times) wherever the body was split; a
+/// raw stream that ends well, the upstream's own bytes (one that fails may differ in lines
+/// that make no event).
+fn pipeline_splits_agree(
+    upstream: Dialect,
+    client: Dialect,
+    ctx: impl Fn() -> Ctx,
+    pieces: &[&[u8]],
+) {
+    let body: Vec<u8> = pieces.concat();
+    let outputs = || {
+        let reframe = |alias: Option<&str>, strip_usage| Output::Reframe {
+            alias: alias.map(str::to_string),
+            strip_usage,
+        };
+        [
+            Output::Raw,
+            reframe(None, true),
+            reframe(Some("alias"), false),
+            Output::Encode(Box::new(client.stream_encoder(ctx()))),
+        ]
+    };
+    for (whole_out, split_out) in outputs().into_iter().zip(outputs()) {
+        let (raw, encoded) = match &whole_out {
+            Output::Raw => (true, false),
+            Output::Encode(_) => (false, true),
+            Output::Reframe { .. } => (false, false),
+        };
+        let (whole, whole_end) = pipeline::drive(upstream, whole_out, &[&body]);
+        let (split, split_end) = pipeline::drive(upstream, split_out, pieces);
+        assert_eq!(whole_end, split_end, "the end depends on the split");
+        if raw && whole_end.error.is_none() {
+            assert_eq!(
+                whole, body,
+                "a raw stream that ended well is not the upstream's"
+            );
+            assert_eq!(
+                split, body,
+                "a raw stream that ended well is not the upstream's"
+            );
+        }
+        let framing = match encoded {
+            true => client.framing(),
+            false => upstream.framing(),
+        };
+        let (whole, split) = (frames(framing, &[&whole]), frames(framing, &[&split]));
+        if encoded {
+            let same = client_reads(client, &whole) == client_reads(client, &split);
+            assert!(same, "what the client reads depends on the split");
+        } else {
+            let named = |f: &[Frame]| {
+                let named = f.iter().map(|f| (f.event.clone(), f.data.clone()));
+                named.collect::<Vec<_>>()
+            };
+            assert_eq!(named(&whole), named(&split), "events depend on the split");
+        }
+    }
+}
+
+/// What a client of `dialect` reads of `frames`: their events, up to an event it cannot
+/// read, and that event's error.
+fn client_reads(dialect: Dialect, frames: &[Frame]) -> (Vec<Event>, Option<String>) {
+    let mut decoder = dialect.stream_decoder();
+    let mut events = Vec::new();
+    for f in frames {
+        if let Err(e) = decoder.frame(f, &mut events) {
+            return (events, Some(e.to_string()));
+        }
+    }
+    (events, None)
 }
 
 /// Cut `body` into pieces of the given lengths (zero-length pieces included), the rest last.

@@ -307,22 +307,22 @@ pub fn write_sse_frame(out: &mut BytesMut, event: Option<&str>, data: &[u8]) {
     out.extend_from_slice(b"\n");
 }
 
-/// One field line. A reader takes one CR off a line's end: a value that ends in one keeps
-/// it so.
+/// One field line.
 fn sse_line(out: &mut BytesMut, field: &[u8], value: &[u8]) {
     out.extend_from_slice(field);
-    out.extend_from_slice(value);
-    match value.last() {
-        Some(b'\r') => out.extend_from_slice(b"\r\n"),
-        _ => out.extend_from_slice(b"\n"),
-    }
+    end_line(out, value);
 }
 
-/// Write one newline-delimited JSON document (a line ending in CR keeps it: a reader takes
-/// one off).
+/// Write one newline-delimited JSON document.
 pub fn write_ndjson(out: &mut BytesMut, data: &[u8]) {
-    out.extend_from_slice(data);
-    match data.last() {
+    end_line(out, data);
+}
+
+/// `value` and its line's end. A reader takes one CR off a line's end: a value that ends in
+/// one keeps it so.
+fn end_line(out: &mut BytesMut, value: &[u8]) {
+    out.extend_from_slice(value);
+    match value.last() {
         Some(b'\r') => out.extend_from_slice(b"\r\n"),
         _ => out.extend_from_slice(b"\n"),
     }

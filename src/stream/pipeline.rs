@@ -131,6 +131,19 @@ impl State {
             pending: None,
         }
     }
+
+    /// A state fed by hand, not by a body (the fuzz check and the unit tests): the
+    /// `upstream`'s framing without a limit, default timeouts.
+    fn detached(upstream: Dialect, output: Output) -> State {
+        let timers = Timers::start(
+            &crate::config::Timeouts::default(),
+            std::time::Instant::now(),
+            &crate::proxy::drain::Drain::default(),
+            true,
+        );
+        let parser = FrameParser::new(upstream.framing());
+        State::new(None, upstream, parser, timers, output)
+    }
 }
 
 thread_local! {
@@ -668,8 +681,8 @@ impl State {
         let mut out = BytesMut::new();
         match &mut self.output {
             Output::Encode(enc) => enc.error(&err, &mut out),
-            // What went out ends with a whole event (`whole_events_only`); the start of one
-            // still arriving is not sent.
+            // What went out ends with a whole event (`whole_events_only`; unless more than
+            // an event may take of lines that make none came after a `data:` line).
             Output::Raw | Output::Reframe { .. } => self.dialect.write_stream_error(&err, &mut out),
         }
         self.emit(out.freeze(), 0);
@@ -695,129 +708,46 @@ impl State {
     }
 }
 
-/// Fuzzing: an upstream stream body, whole and in `pieces`, through the pipeline with each
-/// output: raw, re-framed (with and without an alias and the usage lingo asked for) and
-/// translated for `client`. Each must send the client the same events and account the same
-/// counts, finish and error wherever the body was split; raw passthrough that ends well,
-/// the upstream's own bytes.
-pub(crate) fn splits_agree(
-    upstream: Dialect,
-    client: Dialect,
-    ctx: impl Fn() -> crate::dialect::Ctx,
-    pieces: &[&[u8]],
-) {
-    let body: Vec<u8> = pieces.concat();
-    let outputs = || {
-        let encode = Output::Encode(Box::new(client.stream_encoder(ctx())));
-        let reframe = |alias: Option<&str>, strip_usage| Output::Reframe {
-            alias: alias.map(str::to_string),
-            strip_usage,
-        };
-        [
-            Output::Raw,
-            reframe(None, true),
-            reframe(Some("alias"), false),
-            encode,
-        ]
-    };
-    for (whole_out, split_out) in outputs().into_iter().zip(outputs()) {
-        let raw = matches!(whole_out, Output::Raw);
-        let encoded = matches!(whole_out, Output::Encode(_));
-        let framing = match &whole_out {
-            Output::Encode(_) => client.framing(),
-            _ => upstream.framing(),
-        };
-        let whole = drive(upstream, whole_out, &[&body]);
-        let split = drive(upstream, split_out, pieces);
-        assert_eq!(whole.1, split.1, "the summary depends on the split");
-        // Raw, a stream that ends well is the upstream's bytes; one that fails sends the
-        // same events however it was split (lines that make no event may differ).
-        if raw && whole.1 .3.is_none() {
-            assert_eq!(
-                whole.0, body,
-                "a raw stream that ended well is not the upstream's"
-            );
-            assert_eq!(
-                split.0, body,
-                "a raw stream that ended well is not the upstream's"
-            );
-        }
-        let frames = |b: &[u8]| {
-            let mut parser = FrameParser::new(framing);
-            let mut out = Vec::new();
-            parser.feed(b, &mut out);
-            parser.finish(&mut out);
-            out
-        };
-        let (whole, split) = (frames(&whole.0), frames(&split.0));
-        if encoded {
-            // Encoders write times (llama.cpp's timings, Ollama's durations): what the
-            // client reads of the events is compared.
-            let same = read(client, &whole) == read(client, &split);
-            assert!(same, "what the client reads depends on the split");
-        } else {
-            let named = |f: &[Frame]| {
-                let named = f.iter().map(|f| (f.event.clone(), f.data.clone()));
-                named.collect::<Vec<_>>()
-            };
-            assert_eq!(named(&whole), named(&split), "events depend on the split");
-        }
-    }
+/// How a stream fed by `drive` ended: what its record would hold, but for the times.
+#[derive(Debug, Default, PartialEq)]
+pub(crate) struct Ended {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub finish: Option<&'static str>,
+    /// The error kind, when it failed.
+    pub error: Option<&'static str>,
+    pub decode_errors: u32,
 }
 
-/// What a client of `dialect` reads of `frames`: their events, up to an event it cannot
-/// read, and that event's error.
-fn read(dialect: Dialect, frames: &[Frame]) -> (Vec<Event>, Option<String>) {
-    let mut decoder = dialect.stream_decoder();
-    let mut events = Vec::new();
-    for f in frames {
-        if let Err(e) = decoder.frame(f, &mut events) {
-            return (events, Some(e.to_string()));
-        }
-    }
-    (events, None)
-}
-
-/// What `drive` reports of a stream's end: tokens, finish, decode errors, error kind.
-type Ended = (u64, u64, Option<&'static str>, Option<&'static str>, u32);
-
-/// Every piece through a pipeline state with `output`, then the end: the client's bytes,
-/// and the end's summary.
-fn drive(upstream: Dialect, output: Output, pieces: &[&[u8]]) -> (Vec<u8>, Ended) {
-    let timers = Timers::start(
-        &crate::config::Timeouts::default(),
-        std::time::Instant::now(),
-        &crate::proxy::drain::Drain::default(),
-        true,
-    );
-    let parser = FrameParser::new(upstream.framing());
-    let mut st = State::new(None, upstream, parser, timers, output);
+/// Fuzzing (`crate::fuzzing::stream`): an `upstream` stream body's `pieces`, one chunk
+/// each, then its end, through a pipeline state with `output`: the client's bytes, and how
+/// the stream ended.
+pub(crate) fn drive(upstream: Dialect, output: Output, pieces: &[&[u8]]) -> (Vec<u8>, Ended) {
+    let mut st = State::detached(upstream, output);
     let mut sent = Vec::new();
-    let mut end = None;
-    let last = pieces.len();
-    for (i, piece) in pieces.iter().enumerate() {
-        if !st.finished {
-            st.chunk(Bytes::copy_from_slice(piece), false);
+    let mut ended = Ended::default();
+    let chunks = pieces.iter().map(|p| (Bytes::copy_from_slice(p), false));
+    for (chunk, eof) in chunks.chain([(Bytes::new(), true)]) {
+        if st.finished {
+            break;
         }
-        if i + 1 == last && !st.finished {
-            st.chunk(Bytes::new(), true);
-        }
+        st.chunk(chunk, eof);
         for e in st.queue.drain(..) {
             match e {
                 Emit::Data { bytes, .. } => sent.extend_from_slice(&bytes),
                 Emit::End(s) => {
-                    end = Some((
-                        s.prompt_tokens,
-                        s.completion_tokens,
-                        s.finish,
-                        s.error.map(|(_, kind)| kind),
-                        s.decode_errors,
-                    ))
+                    ended = Ended {
+                        prompt_tokens: s.prompt_tokens,
+                        completion_tokens: s.completion_tokens,
+                        finish: s.finish,
+                        error: s.error.map(|(_, kind)| kind),
+                        decode_errors: s.decode_errors,
+                    }
                 }
             }
         }
     }
-    (sent, end.unwrap_or_default())
+    (sent, ended)
 }
 
 /// Where the last whole event in `bytes` ends (0 if none does): after the last blank line
@@ -917,28 +847,13 @@ pub fn rewrite_model(data: &[u8], alias: &str) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Timeouts;
-    use crate::proxy::drain::Drain;
 
     fn reframing(strip_usage: bool) -> State {
-        let dialect = Dialect::OpenaiCompletions;
-        let timers = Timers::start(
-            &Timeouts::default(),
-            std::time::Instant::now(),
-            &Drain::default(),
-            true,
-        );
         let output = Output::Reframe {
             alias: None,
             strip_usage,
         };
-        State::new(
-            None,
-            dialect,
-            FrameParser::new(Framing::Sse),
-            timers,
-            output,
-        )
+        State::detached(Dialect::OpenaiCompletions, output)
     }
 
     /// The bytes the stream sent the client so far.
@@ -1005,12 +920,7 @@ mod tests {
     }
 
     fn raw(dialect: Dialect) -> State {
-        let mut st = reframing(false);
-        st.dialect = dialect;
-        st.decoder = dialect.stream_decoder();
-        st.parser = FrameParser::new(dialect.framing());
-        st.output = Output::Raw;
-        st
+        State::detached(dialect, Output::Raw)
     }
 
     #[tokio::test]

@@ -145,7 +145,7 @@ compat_sweep llamacpp "$UP"
 
 # Fault handling against the real server: a first-token timer that fires, a client that
 # walks away mid-stream, client keys. Each must stop llama.cpp generating (its
-# llamacpp:requests_processing returns to 0 long before the 900 tokens asked for (about 10 s) are done)
+# llamacpp:requests_processing returns to 0 long before the 900 tokens asked for (about 10 s) are done, and its count of generated tokens says it stopped early)
 # and be counted exactly once by lingo.
 TPORT=$(free_port)
 printf 'ops:sk-check-key\n' >"$LOGS/keys"

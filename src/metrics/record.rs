@@ -46,6 +46,13 @@ pub struct Labels {
 }
 
 impl Labels {
+    /// The same strings, by address alone: a quick `same` for values shared from one place.
+    pub fn identical(&self, other: &Labels) -> bool {
+        std::ptr::eq(self.dialect, other.dialect)
+            && std::ptr::eq(&*self.upstream, &*other.upstream)
+            && std::ptr::eq(&*self.model, &*other.model)
+    }
+
     /// Equal, by pointer first: label values are shared (the endpoint's group, the model
     /// registry's names), so the per-token check that a record's series still fits its
     /// labels is three pointer comparisons, where comparing the strings was three `memcmp`

@@ -3,8 +3,10 @@
 //! is still made the first time it is used, as the lookup made it, so no series shows on
 //! `/metrics` before it did.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use prometheus::{Histogram, IntCounter, IntGauge};
@@ -65,9 +67,38 @@ impl Series {
 }
 
 /// The label sets met so far and their series.
-#[derive(Default)]
 pub(super) struct SeriesCache {
+    /// Unique in the process: a thread's memo (`MEMO`) answers only for the cache it came
+    /// from, though another may later sit at the same address (tests make many).
+    id: u64,
     sets: Mutex<HashMap<Labels, Arc<Series>, BuildHasherDefault<Fx>>>,
+}
+
+impl Default for SeriesCache {
+    fn default() -> SeriesCache {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        SeriesCache {
+            id: NEXT.fetch_add(1, Ordering::Relaxed),
+            sets: Mutex::default(),
+        }
+    }
+}
+
+/// How many kept series each thread remembers: a request looks up two label sets (as it
+/// opens, and once its endpoint is chosen), and one worker serves the same few again and
+/// again.
+const MEMO_LEN: usize = 2;
+
+/// A remembered series, with the id of the cache it came from.
+type Remembered = Option<(u64, Arc<Series>)>;
+
+thread_local! {
+    /// The kept series this thread was given last, newest first, with their cache's id. A
+    /// hit is a few pointer comparisons, where the cache's lookup (its lock and a hash of
+    /// three strings) cost about 280 instructions, twice a request. The series hold their
+    /// labels, so the strings compared by pointer are alive and their addresses not reused.
+    static MEMO: RefCell<[Remembered; MEMO_LEN]> =
+        const { RefCell::new([None, None]) };
 }
 
 /// FxHash (rustc's own hasher), a word at a time: label values come from closed sets, not
@@ -106,18 +137,49 @@ impl Hasher for Fx {
 impl SeriesCache {
     /// `labels`' series: the kept one, else a new one, kept while there is room.
     pub(super) fn get(&self, labels: &Labels) -> Arc<Series> {
+        // `try_with`: a record may finish in a thread-local's destructor, after `MEMO`'s.
+        MEMO.try_with(|memo| self.remembered(&mut memo.borrow_mut()[..], labels))
+            .unwrap_or_else(|_| self.lookup(labels).0)
+    }
+
+    /// `get` through a thread's memo: the same strings by address first (label values are
+    /// shared, so a worker's requests bring the same ones), then by content.
+    fn remembered(&self, memo: &mut [Remembered], labels: &Labels) -> Arc<Series> {
+        let ours = memo
+            .iter()
+            .flatten()
+            .filter(|(id, _)| *id == self.id)
+            .map(|(_, s)| s);
+        let mut hit = ours.clone().find(|s| s.labels.identical(labels));
+        if hit.is_none() {
+            hit = ours.clone().find(|s| s.labels.same(labels));
+        }
+        if let Some(s) = hit {
+            return s.clone();
+        }
+        let (s, kept) = self.lookup(labels);
+        if kept {
+            memo.rotate_right(1);
+            memo[0] = Some((self.id, s.clone()));
+        }
+        s
+    }
+
+    /// The kept series, else a new one, kept while there is room; and whether it is kept.
+    fn lookup(&self, labels: &Labels) -> (Arc<Series>, bool) {
         let mut sets = self.sets.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(s) = sets.get(labels) {
-            return s.clone();
+            return (s.clone(), true);
         }
         let s = Arc::new(Series {
             labels: labels.clone(),
             ..Series::default()
         });
-        if sets.len() < MAX_SETS {
+        let kept = sets.len() < MAX_SETS;
+        if kept {
             sets.insert(labels.clone(), s.clone());
         }
-        s
+        (s, kept)
     }
 }
 
@@ -180,6 +242,28 @@ mod tests {
         assert!(m
             .render()
             .contains("lingo_requests_in_flight{upstream=\"u\"} 0"));
+    }
+
+    #[test]
+    fn a_threads_memo_answers_only_for_its_own_registry() {
+        let ok = |n: usize| format!("model=\"x\",outcome=\"ok\",upstream=\"u\"}} {n}");
+        let (a, b) = (Arc::new(Metrics::new()), Arc::new(Metrics::new()));
+        for _ in 0..3 {
+            open(&a, "x").finish();
+        }
+        open(&b, "x").finish();
+        assert!(a.render().contains(&ok(3)));
+        assert!(b.render().contains(&ok(1)));
+        // A registry made after one is dropped (perhaps at its address) starts from nothing.
+        drop(a);
+        let c = Arc::new(Metrics::new());
+        open(&c, "x").finish();
+        assert!(c.render().contains(&ok(1)), "{}", c.render());
+        // Three label sets in turn, more than the memo holds: each still counts as its own.
+        for model in ["x", "y", "z", "x"] {
+            open(&c, model).finish();
+        }
+        assert!(c.render().contains(&ok(3)));
     }
 
     #[test]

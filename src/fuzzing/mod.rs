@@ -37,12 +37,13 @@ fn head(data: &[u8]) -> (u8, &[u8]) {
 /// A client request body. The first byte picks the route: one of the dialects, or
 /// `POST /generate`, whose dialect is sniffed from the body. A decoded request is then
 /// encoded for every upstream dialect and flavour, as the proxy would send it. The glance's
-/// fast reader (routing's model, stream flags, lengths) must read the body as serde does
-/// wherever it answers.
+/// fast reader (routing's model, stream flags, lengths) and SGLang's request reader must
+/// read the body as serde does wherever they answer.
 pub fn request(data: &[u8]) {
     let (sel, body) = head(data);
     if let Ok(text) = std::str::from_utf8(body) {
         crate::proxy::generate::glance::agrees_with_serde(text);
+        crate::dialect::sglang::request::agrees_with_serde(text);
     }
     let client = match usize::from(sel) % (Dialect::ALL.len() + 1) {
         i if i < Dialect::ALL.len() => Dialect::ALL[i],

@@ -10,6 +10,8 @@ use crate::dialect::openai::wire::OneOrMany;
 use crate::error::{decode_json, ProxyError};
 use crate::model::{Prompt, Request, Sampling};
 
+mod fast;
+
 /// SGLang's `SamplingParams`; unknown keys are an error there, so here too.
 #[derive(Debug, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -44,7 +46,7 @@ struct SamplingParams {
     custom_params: Option<Value>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Deserialize, PartialEq)]
 struct GenerateRequest {
     text: Option<TextWire>,
     input_ids: Option<IdsWire>,
@@ -126,8 +128,30 @@ fn refuse_unsupported(w: &GenerateRequest) -> Result<(), ProxyError> {
     }
 }
 
+/// The body as serde reads it.
+fn by_serde(body: &[u8]) -> Result<GenerateRequest, ProxyError> {
+    decode_json(body)
+}
+
+/// For the fuzzers: what the fast reader gives for a body, when it gives anything, is what
+/// serde reads.
+pub(crate) fn agrees_with_serde(body: &str) {
+    if let Some(fast) = fast::request(body) {
+        let serde = by_serde(body.as_bytes()).ok();
+        assert_eq!(
+            Some(fast),
+            serde,
+            "a body read fast otherwise than serde: {body}"
+        );
+    }
+}
+
 pub fn decode(body: &[u8]) -> Result<Request, ProxyError> {
-    let mut w: GenerateRequest = decode_json(body)?;
+    let fast = std::str::from_utf8(body).ok().and_then(fast::request);
+    let mut w = match fast {
+        Some(w) => w,
+        None => by_serde(body)?,
+    };
     refuse_unsupported(&w)?;
     // Taken, not copied: the prompt is the largest part of most requests.
     let (prompt, batched) = match (w.text.take(), w.input_ids.take()) {
@@ -320,6 +344,77 @@ fn sampling_json(s: &Sampling) -> Map<String, Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Bodies the fast reader reads, as serde does.
+    const FAST: &[&str] = &[
+        r#"{"text":"a b c d","sampling_params":{"max_new_tokens":16,"ignore_eos":true}}"#,
+        r#"{"text": "a", "sampling_params": null, "stream": true}"#,
+        r#"{"text": ["a", "b\n\u00e9"], "rid": "r-1", "lora_path": null}"#,
+        r#"{"input_ids": [1, 2, 3], "stream": false, "return_logprob": true, "top_logprobs_num": 2, "return_text_in_logprobs": true, "logprob_start_len": -1}"#,
+        r#"{"input_ids":[],"text":null,"rid":null}"#,
+        r#"{"text":"x","sampling_params":{"max_new_tokens":null,"min_new_tokens":1,"temperature":0.7,"top_p":1,"top_k":-1,"min_p":0.05,"frequency_penalty":-0.5,"presence_penalty":0,"repetition_penalty":1.1,"stop":["\n",".\""],"stop_token_ids":[2],"n":1,"skip_special_tokens":null,"spaces_between_special_tokens":false,"no_stop_trim":true,"sampling_seed":42}}"#,
+        r#"{"text":"x","sampling_params":{"stop":"end","temperature":1e-3,"top_p":2.5E0}}"#,
+        r#" {"text":"x","unknown":{"deep":[1,{"a":null}]},"other":-1.5e7} "#,
+        r#"{"text":"x","sampling_params":{}}"#,
+    ];
+
+    /// Bodies left to serde, whatever it makes of them.
+    const DEFERRED: &[&str] = &[
+        r#"{"text":"x","image_data":null}"#,
+        r#"{"text":"x","sampling_params":[{"top_k":1}]}"#,
+        r#"{"input_ids":[[1],[2]]}"#,
+        r#"{"text":"x","text":"y"}"#,
+        r#"{"t\u0065xt":"x"}"#,
+        r#"{"text":"x","sampling_params":{"top_k":1.0}}"#,
+        r#"{"text":"x","sampling_params":{"temperature":0.12345678901234567}}"#,
+        r#"{"text":"x","sampling_params":{"temperature":-0}}"#,
+        r#"{"text":"x","sampling_params":{"temperature":1e400}}"#,
+        r#"{"text":"x","sampling_params":{"best_of":2}}"#,
+        r#"{"text":"x","stream":null}"#,
+        r#"{"text":5}"#,
+        r#"{"text":"x"} x"#,
+        r#"["x"]"#,
+        r#"{"text":"x","rid":["a"]}"#,
+    ];
+
+    fn serde(body: &str) -> Option<GenerateRequest> {
+        by_serde(body.as_bytes()).ok()
+    }
+
+    #[test]
+    fn common_bodies_are_read_fast_and_as_serde_reads_them() {
+        for body in FAST {
+            let fast = fast::request(body);
+            assert!(fast.is_some(), "not read fast: {body}");
+            assert_eq!(fast, serde(body), "{body}");
+        }
+        for body in DEFERRED {
+            assert_eq!(fast::request(body), None, "{body}");
+        }
+    }
+
+    #[test]
+    fn mangled_bodies_are_never_read_otherwise_than_serde_would() {
+        use rand::rngs::StdRng;
+        use rand::{Rng, SeedableRng};
+        // Bounded: 40,000 random edits of the bodies above.
+        const JSON_BYTES: &[u8] = b"{}[]\":,\\ -.0123456789eEnulltruefalsxu\n\t";
+        let mut rng = StdRng::seed_from_u64(17);
+        let corpus: Vec<&str> = FAST.iter().chain(DEFERRED).copied().collect();
+        let mut read_fast = 0;
+        for _ in 0..40_000 {
+            let pick = corpus[rng.random_range(0..corpus.len())];
+            let Some(body) = crate::dialect::openai::cursor::mangle(&mut rng, pick, JSON_BYTES)
+            else {
+                continue;
+            };
+            if let Some(fast) = fast::request(&body) {
+                read_fast += 1;
+                assert_eq!(Some(fast), serde(&body), "{body}");
+            }
+        }
+        assert!(read_fast > 5_000, "only {read_fast} edits were read fast");
+    }
 
     fn field(body: &str) -> Option<String> {
         decode(body.as_bytes())

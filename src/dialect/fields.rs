@@ -67,7 +67,7 @@ impl Put for ObjectWriter {
             return;
         }
         let mark = self.out.len();
-        if self.write(key, value).is_ok() {
+        if self.write_named(key, value).is_ok() {
             self.keys.push(key);
         } else {
             self.out.truncate(mark);
@@ -76,6 +76,27 @@ impl Put for ObjectWriter {
 }
 
 impl ObjectWriter {
+    /// `write` for one of lingo's own field names, which need no escapes: copied between
+    /// quotes, where serde's writer looked at each byte for one (about 80 instructions a
+    /// key, seven keys an upstream request).
+    fn write_named<V: Serialize + ?Sized>(
+        &mut self,
+        key: &'static str,
+        value: &V,
+    ) -> serde_json::Result<()> {
+        debug_assert!(
+            key.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\'),
+            "`{key}` needs escapes"
+        );
+        if self.out.len() > 1 {
+            self.out.push(b',');
+        }
+        self.out.push(b'"');
+        self.out.extend_from_slice(key.as_bytes());
+        self.out.extend_from_slice(b"\":");
+        serde_json::to_writer(&mut self.out, value)
+    }
+
     fn write<V: Serialize + ?Sized>(&mut self, key: &str, value: &V) -> serde_json::Result<()> {
         if self.out.len() > 1 {
             self.out.push(b',');

@@ -421,10 +421,15 @@ impl Metrics {
         if self.off {
             return;
         }
-        self.with_series(r, |s| self.finished_in(r, s));
-        if let Some(v) = &self.vllm {
-            v.finished(r);
-        }
+        self.with_series(r, |s| {
+            self.finished_in(r, s);
+            if let Some(v) = &self.vllm {
+                v.finished(r);
+            }
+            // Last: a scrape that no longer sees the request in flight sees all of its
+            // counts (tests wait for nothing in flight, then read them).
+            self.in_flight_of(s).dec();
+        });
         if let Some(log) = &self.log {
             log.record(r);
         }
@@ -435,7 +440,6 @@ impl Metrics {
     fn finished_in(&self, r: &RequestRecord, s: &Series) {
         let l = &r.labels;
         let model = [l.dialect, &*l.upstream, &*l.model];
-        self.in_flight_of(s).dec();
         let (outcome, finish, key) = (r.outcome.label(), r.finish_label(), r.key_label());
         let requests = || {
             self.requests.with_label_values(&[

@@ -248,8 +248,13 @@ impl VllmCompat {
     }
 
     pub fn finished(&self, r: &RequestRecord) {
+        self.counted(r);
+        // Last, as lingo's own in-flight gauge: not running means counted.
+        self.own(&r.labels.model, -1);
+    }
+
+    fn counted(&self, r: &RequestRecord) {
         let m = &*r.labels.model;
-        self.own(m, -1);
         self.prompt_tokens
             .with_label_values(&[m])
             .inc_by(r.prompt_tokens.unwrap_or(0));

@@ -366,6 +366,7 @@ mod tests {
         r#"{"text":"x","text":"y"}"#,
         r#"{"t\u0065xt":"x"}"#,
         r#"{"text":"x","sampling_params":{"top_k":1.0}}"#,
+        r#"{"text":"x","sampling_params":{"top_k":- 1}}"#,
         r#"{"text":"x","sampling_params":{"temperature":0.12345678901234567}}"#,
         r#"{"text":"x","sampling_params":{"temperature":-0}}"#,
         r#"{"text":"x","sampling_params":{"temperature":1e400}}"#,

@@ -158,6 +158,8 @@ fn boolean(c: &mut Cursor<'_>) -> Sure<bool> {
 fn int(c: &mut Cursor<'_>) -> Sure<i64> {
     if c.peek()? == b'-' {
         c.at += 1;
+        // `uint` steps over spaces first, and JSON allows none after a minus.
+        c.bytes.get(c.at).filter(|b| b.is_ascii_digit())?;
         return c.uint::<u32>().map(|v| -i64::from(v));
     }
     c.uint()

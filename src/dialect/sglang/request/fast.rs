@@ -125,22 +125,22 @@ fn sampling(c: &mut Cursor<'_>) -> Sure<SamplingParams> {
 
 /// `text`: one prompt or a batch of them.
 fn text_wire(c: &mut Cursor<'_>) -> Sure<TextWire> {
-    match c.peek()? {
-        b'"' => c.string().map(|s| TextWire::One(s.into())),
-        b'[' => c
-            .array(|c| c.string().map(String::from))
-            .map(TextWire::Batch),
-        _ => None,
-    }
+    string_or_list(c, TextWire::One, TextWire::Batch)
 }
 
 /// `stop`: a string or a list of strings.
 fn one_or_many(c: &mut Cursor<'_>) -> Sure<OneOrMany> {
+    string_or_list(c, OneOrMany::One, OneOrMany::Many)
+}
+
+fn string_or_list<T>(
+    c: &mut Cursor<'_>,
+    one: fn(String) -> T,
+    list: fn(Vec<String>) -> T,
+) -> Sure<T> {
     match c.peek()? {
-        b'"' => c.string().map(|s| OneOrMany::One(s.into())),
-        b'[' => c
-            .array(|c| c.string().map(String::from))
-            .map(OneOrMany::Many),
+        b'"' => c.string().map(|s| one(s.into())),
+        b'[' => c.array(|c| c.string().map(String::from)).map(list),
         _ => None,
     }
 }

@@ -582,23 +582,27 @@ pub(crate) fn mangle(rng: &mut rand::rngs::StdRng, text: &str, alphabet: &[u8]) 
     String::from_utf8(bytes).ok()
 }
 
-/// For the fast readers' tests: `n` random edits (`mangle`, with JSON's bytes) of bodies
-/// picked from `corpus`, each given to `read`, which checks a fast reader against serde on
-/// it and says whether the fast reader answered; how many edits it answered.
+/// JSON's own characters, for `mangle`'s edits.
+#[cfg(test)]
+pub(crate) const JSON_BYTES: &[u8] = b"{}[]\":,\\ -.0123456789eEnulltruefalsxu\n\t";
+
+/// For the fast readers' tests: `n` random edits (`mangle`, with bytes of `alphabet`) of
+/// bodies picked from `corpus`, each given to `read`, which checks a fast reader against
+/// serde on it and says whether the fast reader answered; how many edits it answered.
 #[cfg(test)]
 pub(crate) fn mangled_bodies(
     corpus: &[&str],
+    alphabet: &[u8],
     seed: u64,
     n: usize,
     mut read: impl FnMut(&str) -> bool,
 ) -> usize {
     use rand::{Rng, SeedableRng};
-    const JSON_BYTES: &[u8] = b"{}[]\":,\\ -.0123456789eEnulltruefalsxu\n\t";
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let mut read_fast = 0;
     for _ in 0..n {
         let pick = corpus[rng.random_range(0..corpus.len())];
-        if let Some(body) = mangle(&mut rng, pick, JSON_BYTES) {
+        if let Some(body) = mangle(&mut rng, pick, alphabet) {
             read_fast += usize::from(read(&body));
         }
     }

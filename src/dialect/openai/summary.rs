@@ -216,14 +216,10 @@ fn completion_choice(c: &mut Cursor<'_>) -> Sure<Choice> {
 
 #[cfg(test)]
 mod tests {
-    use rand::rngs::StdRng;
-
-    use crate::dialect::openai::cursor::mangle;
-    use rand::{Rng, SeedableRng};
-
     use super::counts_by_serde as serde;
     use super::*;
     use crate::dialect::openai::completions;
+    use crate::dialect::openai::cursor::mangled_bodies;
 
     /// Completions responses as servers send them: each must be read fast, as serde reads it.
     const COMPLETIONS: &[&str] = &[
@@ -351,25 +347,21 @@ mod tests {
     #[test]
     fn mangled_responses_are_never_read_otherwise_than_serde_would() {
         // Bounded: 40,000 random edits of the corpus, each read as both endpoints' shape.
-        let mut rng = StdRng::seed_from_u64(12);
         let corpus: Vec<&str> = [COMPLETIONS, CHAT, DEFERRED, CHAT_DEFERRED].concat();
         let (mut read_fast, mut read_whole) = (0, 0);
-        for _ in 0..40_000 {
-            let pick = corpus[rng.random_range(0..corpus.len())];
-            let Some(text) = mangle(&mut rng, pick, JSON_BYTES) else {
-                continue;
-            };
+        mangled_bodies(&corpus, JSON_BYTES, 12, 40_000, |text| {
             for chat in [false, true] {
-                if let Some(fast) = counts(&text, chat) {
+                if let Some(fast) = counts(text, chat) {
                     read_fast += 1;
-                    assert_eq!(Some(fast), serde(&text, chat), "chat {chat}: {text}");
+                    assert_eq!(Some(fast), serde(text, chat), "chat {chat}: {text}");
                 }
             }
-            if let Some(fast) = completion(&text) {
+            if let Some(fast) = completion(text) {
                 read_whole += 1;
-                assert_eq!(Ok(fast), serde_completion(&text), "{text}");
+                assert_eq!(Ok(fast), serde_completion(text), "{text}");
             }
-        }
+            true
+        });
         assert!(read_fast > 5_000, "only {read_fast} edits were read fast");
         assert!(
             read_whole > 2_000,

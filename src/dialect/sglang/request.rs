@@ -396,9 +396,10 @@ mod tests {
 
     #[test]
     fn mangled_bodies_are_never_read_otherwise_than_serde_would() {
+        use crate::dialect::openai::cursor::{mangled_bodies, JSON_BYTES};
         // Bounded: 40,000 random edits of the bodies above.
         let corpus: Vec<&str> = FAST.iter().chain(DEFERRED).copied().collect();
-        let read_fast = crate::dialect::openai::cursor::mangled_bodies(&corpus, 17, 40_000, |b| {
+        let read_fast = mangled_bodies(&corpus, JSON_BYTES, 17, 40_000, |b| {
             let fast = fast::request(b);
             let answered = fast.is_some();
             assert!(!answered || fast == serde(b), "{b}");

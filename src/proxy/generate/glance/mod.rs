@@ -493,9 +493,10 @@ mod tests {
 
     #[test]
     fn mangled_bodies_are_never_read_otherwise_than_serde_would() {
+        use crate::dialect::openai::cursor::{mangled_bodies, JSON_BYTES};
         // Bounded: 40,000 random edits of the corpus.
         let corpus: Vec<&str> = BODIES.iter().chain(DEFERRED).copied().collect();
-        let read_fast = crate::dialect::openai::cursor::mangled_bodies(&corpus, 13, 40_000, |b| {
+        let read_fast = mangled_bodies(&corpus, JSON_BYTES, 13, 40_000, |b| {
             let fast = fast::fields(b);
             let answered = fast.is_some();
             assert!(!answered || fast == serde(b), "{b}");
